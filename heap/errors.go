@@ -32,6 +32,9 @@ var (
 	ErrSizeMismatch = errkind.New(pinmalloc.ErrInvalid, "heap: size does not match the allocation")
 	// ErrLiveBlocks means Close found blocks still allocated; nothing was released.
 	ErrLiveBlocks = errkind.New(pinmalloc.ErrLiveBlocks, "heap: blocks still live")
+	// ErrLent means Close of a lender (SetLender) found room in its runs that a borrowing heap
+	// still holds; nothing was released: close the borrowers first.
+	ErrLent = errkind.New(pinmalloc.ErrLiveBlocks, "heap: room still lent to a borrowing heap")
 	// ErrClosed means the heap was used after Close.
 	ErrClosed = errkind.New(pinmalloc.ErrClosed, "heap: closed")
 	// ErrHeld means a free of a held block (Group.Hold): only FreeHeld takes it back, so that

@@ -271,6 +271,7 @@ type Heap struct {
 	lender RoomLender // who lends room for the class pages (lend.go), or nil
 
 	returned     atomic.Pointer[page] // pages h lent, given back while h was busy (lend.go)
+	nlent        int                  // pages h lent not taken back yet, by h's owner or one lending h (lend.go)
 	nsegs, nhuge int
 	checks       uint32 // calls of checkInvariants (invariants.Due)
 	index        int
@@ -422,7 +423,8 @@ func (h *Heap) Arena() *arena.Arena { return h.a }
 
 // Close gives every segment back to the arena. It collects pending remote frees first and fails
 // with ErrLiveBlocks, releasing nothing, while blocks are still live (those a failed Zalloc set
-// aside among them, until ReleaseUncleared); the heap stays usable.
+// aside among them, until ReleaseUncleared), and with ErrLent while a heap that borrows from
+// this one (SetLender) holds pages in its runs; the heap stays usable.
 func (h *Heap) Close() error {
 	if h.closed {
 		return ErrClosed
@@ -434,6 +436,13 @@ func (h *Heap) Close() error {
 				" until ReleaseUncleared)", ErrLiveBlocks, n, bytes, k)
 		}
 		return fmt.Errorf("%w: %d blocks, %d bytes", ErrLiveBlocks, n, bytes)
+	}
+	h.takeBackReturned()
+	if h.nlent > 0 {
+		// Closed, it would never take back the room they give back while another goroutine
+		// holds it (its returned list), and their chunks would stay out of the arena for good.
+		return fmt.Errorf("%w: %d pages of this heap's runs are a borrower's (SetLender): close the borrowers first",
+			ErrLent, h.nlent)
 	}
 	h.releaseEmpty()
 	h.closed = true

@@ -46,10 +46,10 @@ type RoomLender interface {
 // SetLender makes h take the room for its new class pages from the runs of the heap l lends,
 // whenever l lends it without waiting, so that the small buffers of several heaps share
 // chunks where memory commits a chunk at a time. The lender must be a heap of the same group
-// that keeps nothing (no RetainSegments); close it after h: a lender closed first takes back
-// the room h gives back only if it lends at that moment (room that goes onto its returned
-// list while another owner holds it stays out for good), and the arena refuses to close while
-// chunks are out. It applies only where the group is coarse (Group.Coarse); elsewhere, and
+// that keeps nothing (no RetainSegments); close it after h: its Close fails with ErrLent,
+// releasing nothing, while h holds pages in its runs (closed, it could not take back the room
+// h gives back while another goroutine holds it, and the arena would refuse to close while
+// those chunks are out). It applies only where the group is coarse (Group.Coarse); elsewhere, and
 // for a nil l, h keeps to its own segments. h's owner calls it; the pages h borrowed before a
 // change stay with their lender.
 func (h *Heap) SetLender(l RoomLender) {
@@ -86,6 +86,7 @@ func (h *Heap) borrowPage(kind segKind, k int, c uint8) *page {
 		return nil
 	}
 	pg.fresh, pg.ctop, pg.limit = fresh, uint32(k)<<sliceShift, pg.nblocks
+	b.nlent++
 	return pg
 }
 
@@ -131,11 +132,9 @@ func (h *Heap) takeBackReturned() {
 	}
 }
 
-// takeBack vacates the slices of a page h lent, as for a page of its own; a closed h gives its
-// emptied runs back to the arena at once.
+// takeBack vacates the slices of a page h lent, as for a page of its own. h is open: its Close
+// refuses while pages it lent are out (ErrLent).
 func (h *Heap) takeBack(pg *page) {
+	h.nlent--
 	h.vacatePage(pg)
-	if h.closed {
-		h.releaseRuns(0)
-	}
 }

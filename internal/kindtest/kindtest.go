@@ -161,6 +161,7 @@ var Core = []Sentinel{
 	{"heap.ErrDoubleFree", heap.ErrDoubleFree, pinmalloc.ErrDoubleFree, "heap: "},
 	{"heap.ErrNotOwned", heap.ErrNotOwned, pinmalloc.ErrNotOwned, "heap: "},
 	{"heap.ErrLiveBlocks", heap.ErrLiveBlocks, pinmalloc.ErrLiveBlocks, "heap: "},
+	{"heap.ErrLent", heap.ErrLent, pinmalloc.ErrLiveBlocks, "heap: "},
 	{"heap.ErrClosed", heap.ErrClosed, pinmalloc.ErrClosed, "heap: "},
 	{"heap.ErrInvalidArgument", heap.ErrInvalidArgument, pinmalloc.ErrInvalid, "heap: "},
 	{"heap.ErrInteriorPointer", heap.ErrInteriorPointer, pinmalloc.ErrInvalid, "heap: "},
