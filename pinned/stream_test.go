@@ -7,6 +7,7 @@ package pinned_test
 import (
 	"bytes"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -519,6 +520,8 @@ func TestFakeStreamOfAnotherDevice(t *testing.T) {
 	}
 	if err := p.FreeAsync(c, pubcuda.Stream(s1)); !errors.Is(err, pinned.ErrInvalidStream) {
 		t.Errorf("FreeAsync on another device's stream: %v", err)
+	} else if !strings.Contains(err.Error(), "refused as a stream of CUDA device 0") {
+		t.Errorf("FreeAsync on another device's stream: %q does not say that device 0 refused the stream", err)
 	}
 	if err := p.RecordStream(c, pubcuda.Stream(s1)); !errors.Is(err, pinned.ErrInvalidStream) {
 		t.Errorf("RecordStream of another device's stream: %v", err)

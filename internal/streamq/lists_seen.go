@@ -60,7 +60,7 @@ func (ls *Lists[T]) checkSlow(s Stream) (*List[T], error) {
 	if ls.Lookup(s) == nil && !DefaultStream(s) { // the legacy stream, every context's, is not asked about
 		ls.checks.Add(1)
 		if err := ls.points.Check(s); err != nil {
-			return nil, fmt.Errorf("stream %#x (a stream of CUDA device %d): %w", s, ls.points.Ordinal(), err)
+			return nil, fmt.Errorf("stream %#x, refused as a stream of CUDA device %d: %w", s, ls.points.Ordinal(), err)
 		}
 	}
 	l := ls.getSeen(s)
