@@ -21,7 +21,9 @@ import (
 // Its layout, three machine words, is the kernel's job layout. Jobs are raw addresses: the
 // Batcher records no stream on the host buffers they touch (device.Heap's HtoDAsync and
 // DtoHAsync do). Free a pinned.Pool buffer a batch uses with FreeAsync on the batch's stream,
-// or call RecordStream before a plain Free.
+// or call RecordStream before a plain Free; a pool of another device (one granted this device,
+// pinned.Options.Devices) refuses the stream (pinned.ErrInvalidStream): synchronize the stream
+// before freeing its buffer.
 type Job struct {
 	Dst, Src cuda.DevicePtr
 	Len      int

@@ -264,7 +264,8 @@ func (o *streamOrder) shard(base uintptr) *useShard {
 // they have passed).
 //
 // b must be a whole buffer, or one resliced from its start, as for Free. s is a stream of the
-// pool's device (Options.Device),
+// pool's device (Options.Device; the legacy default stream, 0, is taken as that device's: work
+// queued on another device's, which the pool cannot tell apart, is not waited for),
 // forgotten (ForgetStream) before it is destroyed; one the driver refuses, and the per-thread
 // default stream, give an error wrapping ErrInvalidStream. A pool whose memory the driver does
 // not copy asynchronously (Locked, Pageable, an External region that is not HostPinned, or
