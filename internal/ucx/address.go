@@ -1,6 +1,9 @@
 package ucx
 
-import "fmt"
+import (
+	"encoding/binary"
+	"fmt"
+)
 
 // Checking a peer's worker address.
 //
@@ -33,9 +36,34 @@ import "fmt"
 // its extension byte), by which ucp_ep_create's lane selection indexes a 64-entry array on the
 // stack (ucp_wireup_get_reachable_mds) and shifts 64-bit maps; and more than UCP_MAX_RESOURCES
 // devices, whose number (a byte, counting devices without transports too) indexes an array of
-// that many on the stack (ucp_wireup_add_bw_lanes). In UCX's unified mode (UCX_UNIFIED_MODE) transports carry no lengths (the
-// receiver takes them from its own interfaces), so no address can be checked: the worker finds
-// so when its own address does not pass, and ConnectAddress then refuses every address.
+// that many on the stack (ucp_wireup_add_bw_lanes).
+//
+// And, in a version-2 address, a transport that receives active messages (its attributes'
+// flag UCP_ADDR_IFACE_FLAG_AM_SYNC, which UCX requires of the peer's interface of an active
+// message lane) whose segment size (its attributes' seg_size: what the peer receives in one
+// fragment) is under minSegSize. UCX takes it unchecked as the most the endpoint's active
+// message lanes send by copy or zero copy in one fragment (ucp_ep_config_init_attrs,
+// ucp_ep_get_max_bcopy: the least of it and this side's own interface's), with no floor, and
+// then breaks on it: 0 ends ucp_ep_create (ucs_assertv_always: the endpoint's packed remote
+// key, 9 bytes at least, must fit in it); 64, the least above 0, ends the process on the first
+// message too large to go in one fragment (its first fragment of 64 bytes cannot hold the
+// message's 64-byte header: UCX's fragment offset wraps, an assertion in Debian's build and a
+// copy out of bounds in one without) or in a rendezvous (ucs_fatal "RTS is too big": a
+// rendezvous request, about 40 bytes of UCX's header, the packed remote key of the
+// endpoint's bandwidth lanes and the message's header, must fit in one fragment). UCX's own
+// floor for an active message lane is UCP_MIN_BCOPY (64), which it checks on its own interface
+// only, and it writes an interface's seg_size as its max_bcopy over 64, rounded down: 8 KiB
+// and more for tcp, shared memory, self and rc; an MTU less headers for ud (960 bytes at an
+// MTU of 1024, the least RoCE gives). minSegSize, 512, holds a rendezvous request with a
+// remote key of some 400 bytes (9, and 1 and the key's bytes per memory domain of the
+// bandwidth lanes: 8 bytes for an InfiniBand one, about 100 for cuda_ipc) and refuses no
+// transport of UCX's at an MTU of 1024 or more. A transport that receives no active messages
+// writes 0 (cma, cuda_copy: ucp_address_iface_seg_size), which UCX never takes for a lane that
+// sends them. Version 1 carries no segment size (UCX takes it as unbounded).
+//
+// In UCX's unified mode (UCX_UNIFIED_MODE) transports carry no lengths (the receiver takes them
+// from its own interfaces), so no address can be checked: the worker finds so when its own
+// address does not pass, and ConnectAddress then refuses every address.
 
 // MaxAddressLen bounds a worker address a peer gives (UCX's are a few hundred bytes: ucx_info
 // -a; at most UCP_MAX_RESOURCES transports of a few dozen bytes each).
@@ -64,13 +92,28 @@ const (
 	addrAttrV2        = 8   // ucp_address_v2_packed_iface_attr_t
 	maxResources      = 128 // UCP_MAX_RESOURCES
 	maxMDs            = 64  // UCP_MAX_MDS: min(UCP_MD_INDEX_BITS, UCP_MAX_RESOURCES)
+	// A version-2 transport's attributes (ucp_address_v2_packed_iface_attr_t, in the host's
+	// byte order): its segment size at byte 4, 16 bits counting units of
+	// UCP_ADDRESS_IFACE_SEG_SIZE_FACTOR bytes, and its flags at byte 6, UCP_ADDR_IFACE_FLAG_*.
+	addrAttrSegSize   = 4
+	addrAttrFlags     = 6
+	addrSegSizeFactor = 64     // UCP_ADDRESS_IFACE_SEG_SIZE_FACTOR
+	addrIfaceAMSync   = 1 << 1 // UCP_ADDR_IFACE_FLAG_AM_SYNC
+	// minSegSize is the least segment size CheckAddress accepts of a version-2 transport that
+	// receives active messages (the package doc of CheckAddress).
+	minSegSize = 512
 )
 
 // CheckAddress reports, with an error wrapping Status(-7) (UCS_ERR_INVALID_ADDR), whether
 // addr is not a worker address as UCX 1.13 writes one (Worker.Address) and reads one in
 // ucp_ep_create: every length and count in it within its bytes, nothing after its end. It
 // allocates nothing.
-func CheckAddress(addr []byte) error {
+func CheckAddress(addr []byte) error { return walkAddress(addr, checkIfaceAttr) }
+
+// walkAddress checks addr as CheckAddress says, calling attr with each transport's interface
+// attributes (addrAttrV1 or addrAttrV2 bytes, by version) as it meets them: an error attr
+// returns ends the walk with it.
+func walkAddress(addr []byte, attr func(version byte, b []byte, at int) error) error {
 	if len(addr) == 0 || len(addr) > MaxAddressLen {
 		return addrErr("%d bytes (1 to %d)", len(addr), MaxAddressLen)
 	}
@@ -175,16 +218,19 @@ func CheckAddress(addr []byte) error {
 			if !skip(n) {
 				return truncated("a device's address")
 			}
-			attr := addrAttrV1
+			attrLen := addrAttrV1
 			if version == addrV2 {
-				attr = addrAttrV2
+				attrLen = addrAttrV2
 			}
 			for lastTL := md&addrMDEmpty != 0; !lastTL; {
 				if transports++; transports > maxResources {
 					return addrErr("more than %d transports", maxResources)
 				}
-				if !skip(2 + attr) {
+				if !skip(2 + attrLen) {
 					return truncated("a transport's name and attributes")
+				}
+				if err := attr(version, addr[p-attrLen:p], p-attrLen); err != nil {
+					return err
 				}
 				il, ok := next()
 				if !ok {
@@ -203,6 +249,19 @@ func CheckAddress(addr []byte) error {
 	}
 	if p != len(addr) {
 		return addrErr("%d bytes after its end (byte %d)", len(addr)-p, p)
+	}
+	return nil
+}
+
+// checkIfaceAttr refuses a transport's attributes UCX 1.13 would act on unchecked (walkAddress):
+// in a version-2 address, a segment size under minSegSize on a transport that receives active
+// messages.
+func checkIfaceAttr(version byte, b []byte, at int) error {
+	if version != addrV2 || binary.NativeEndian.Uint16(b[addrAttrFlags:])&addrIfaceAMSync == 0 {
+		return nil
+	}
+	if seg := int(binary.NativeEndian.Uint16(b[addrAttrSegSize:])) * addrSegSizeFactor; seg < minSegSize {
+		return addrErr("a transport receiving active messages in segments of %d bytes at byte %d (%d at least)", seg, at+addrAttrSegSize, minSegSize)
 	}
 	return nil
 }
