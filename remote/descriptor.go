@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"hash/crc32"
+	"math/bits"
 )
 
 // Descriptor names a buffer of a pool (or device heap) registered with a Worker, for another
@@ -172,6 +173,43 @@ func (d Descriptor) check(reserved uint32) error {
 		return fmt.Errorf("%w: region [%#x, +%d)", ErrDescriptor, d.base, d.size)
 	case d.n == 0 || d.n > 1<<62 || d.addr < d.base || d.addr+d.n < d.addr || d.addr+d.n > d.base+d.size:
 		return fmt.Errorf("%w: buffer [%#x, +%d) outside its region [%#x, +%d)", ErrDescriptor, d.addr, d.n, d.base, d.size)
+	}
+	return checkRkey(d.rkey, d.memType)
+}
+
+// Packed remote key layout of UCX 1.13 (ucp_rkey_pack, src/ucp/core/ucp_rkey.c), in the
+// host's byte order: the map of the memory domains it holds keys of (64 bits), the memory type
+// of the memory (a byte, ucs_memory_type_t), then for each domain of the map, lowest first, a
+// length byte and its key; then, where the memory's system device is known, the device and
+// its distances.
+const (
+	rkeyMDMap   = 8
+	rkeyMemType = rkeyMDMap
+	rkeyFixed   = rkeyMDMap + 1
+)
+
+// checkRkey reports whether rkey is not laid out as UCX 1.13 packs a key of memory of type
+// memType: ucp_ep_rkey_unpack reads one with no length, trusting its map and each key's length
+// byte, and takes its memory type unchecked (ucp_rkey_proto_resolve, where UCX_PROTO_ENABLE is
+// set, indexes the worker's per memory type endpoints by it). Registration.Describe packs the
+// key of the region whose memory type the descriptor names, so a key of another memory type is
+// forged. The map's bits name memory-domain indices below 64 (UCP_MAX_MDS) by construction;
+// what follows the keys UCX 1.13 ignores here (it unpacks the rkey with no length).
+func checkRkey(rkey string, memType uint8) error {
+	if len(rkey) < rkeyFixed {
+		return fmt.Errorf("%w: remote key of %d bytes (%d at least)", ErrDescriptor, len(rkey), rkeyFixed)
+	}
+	if mt := rkey[rkeyMemType]; mt != memType {
+		return fmt.Errorf("%w: remote key of memory type %d in a descriptor of memory type %d", ErrDescriptor, mt, memType)
+	}
+	var mdMap [rkeyMDMap]byte
+	copy(mdMap[:], rkey)
+	p := rkeyFixed
+	for m := binary.NativeEndian.Uint64(mdMap[:]); m != 0; m &= m - 1 {
+		if p >= len(rkey) || int(rkey[p]) >= len(rkey)-p {
+			return fmt.Errorf("%w: remote key truncated in memory domain %d's key (byte %d of %d)", ErrDescriptor, bits.TrailingZeros64(m), p, len(rkey))
+		}
+		p += 1 + int(rkey[p])
 	}
 	return nil
 }

@@ -2,13 +2,26 @@ package remote
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"testing"
 )
 
 func sampleDescriptor() Descriptor {
 	return Descriptor{worker: 0x1234, region: 7, base: 0x7f0000000000, size: 1 << 30,
-		addr: 0x7f0000100000, n: 16 << 10, rkey: "\x01\x02packed-key\x00"}
+		addr: 0x7f0000100000, n: 16 << 10, rkey: packedKey(1<<1|1<<3|1<<5, memHost, "packed", "", "key")}
+}
+
+// packedKey returns a remote key as UCX 1.13 packs one (checkRkey): its memory-domain map,
+// memory type, and for each domain a length byte and the domain's key, keys[i] for the map's
+// i-th bit.
+func packedKey(mdMap uint64, memType uint8, keys ...string) string {
+	b := binary.NativeEndian.AppendUint64(nil, mdMap)
+	b = append(b, memType)
+	for _, k := range keys {
+		b = append(append(b, byte(len(k))), k...)
+	}
+	return string(b)
 }
 
 func TestDescriptorRoundTrip(t *testing.T) {
@@ -66,6 +79,16 @@ func TestDescriptorRefusesBadFields(t *testing.T) {
 		"buffer wrapping around":   func(d *Descriptor) { d.addr, d.n = d.base+10, ^uint64(0) },
 		"no key":                   func(d *Descriptor) { d.rkey = "" },
 		"a key too long":           func(d *Descriptor) { d.rkey = string(make([]byte, MaxKeyLen+1)) },
+		// Remote keys UCX 1.13 reads with no length (checkRkey): before, any bytes passed.
+		"a key of 8 bytes":              func(d *Descriptor) { d.rkey = d.rkey[:rkeyMDMap] },
+		"a key of memory type 200":      func(d *Descriptor) { d.rkey = packedKey(1<<1|1<<3|1<<5, 200, "packed", "", "key") },
+		"a key of memory type 9":        func(d *Descriptor) { d.rkey = packedKey(1<<1|1<<3|1<<5, 9, "packed", "", "key") },
+		"a CUDA key in a host one":      func(d *Descriptor) { d.rkey = packedKey(1<<1|1<<3|1<<5, memCUDA, "packed", "", "key") },
+		"a host key in a CUDA one":      func(d *Descriptor) { d.memType = memCUDA },
+		"a key short of its last key":   func(d *Descriptor) { d.rkey = d.rkey[:len(d.rkey)-1] },
+		"a key short of a length byte":  func(d *Descriptor) { d.rkey = packedKey(1<<1|1<<3|1<<5|1<<63, memHost, "packed", "", "key") },
+		"a key of 64 domains, 1 byte":   func(d *Descriptor) { d.rkey = packedKey(^uint64(0), memHost, "x") },
+		"a key whose length passes end": func(d *Descriptor) { d.rkey = packedKey(1, memHost, "packed")[:rkeyFixed+6] },
 	}
 	for name, f := range bad {
 		d := sampleDescriptor()
@@ -74,6 +97,23 @@ func TestDescriptorRefusesBadFields(t *testing.T) {
 		if _, _, err := ParseDescriptor(b); !errors.Is(err, ErrDescriptor) {
 			t.Errorf("%s: %v", name, err)
 		}
+	}
+	for _, rkey := range []string{
+		packedKey(0, memHost),
+		packedKey(1, memHost, ""),
+		packedKey(1<<63, memHost, string(make([]byte, 255))),
+		packedKey(1<<2|1<<7, memHost, "a", "bc") + "\x03sysdev-and-distances", // what follows is not read
+	} {
+		d := sampleDescriptor()
+		d.rkey = rkey
+		if _, _, err := ParseDescriptor(encodeUnchecked(d)); err != nil {
+			t.Errorf("remote key % x: %v", rkey, err)
+		}
+	}
+	d := sampleDescriptor()
+	d.memType, d.rkey = memCUDA, packedKey(1<<1|1<<3|1<<5, memCUDA, "packed", "", "key")
+	if _, _, err := ParseDescriptor(encodeUnchecked(d)); err != nil {
+		t.Errorf("a CUDA descriptor of a CUDA key: %v", err)
 	}
 	b := encodeUnchecked(sampleDescriptor())
 	b[20] = 1 // the reserved word, under a recomputed checksum
@@ -120,6 +160,11 @@ func FuzzParseDescriptor(f *testing.F) {
 	f.Add(b[:len(b)-1])
 	f.Add(append(b, b...))
 	f.Add([]byte("pmrd"))
+	for _, rkey := range []string{packedKey(1<<1|1<<3|1<<5, 200, "packed", "", "key"), packedKey(1<<1|1<<3|1<<5, memCUDA, "packed", "", "key"), packedKey(^uint64(0), memHost, "x")} {
+		d := sampleDescriptor()
+		d.rkey = rkey
+		f.Add(encodeUnchecked(d)) // refused (TestDescriptorRefusesBadFields)
+	}
 	f.Fuzz(func(t *testing.T, in []byte) {
 		d, rest, err := ParseDescriptor(in)
 		if err != nil {
