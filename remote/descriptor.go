@@ -121,8 +121,8 @@ func (d *Descriptor) UnmarshalBinary(b []byte) error {
 // ParseDescriptor reads the descriptor at the start of b and returns it with the bytes after
 // it, so that a list of them is read in a loop. Every field is checked before it is used: the
 // magic and version, the key's length against what b holds, the checksum, a non-empty
-// region that does not wrap around, and a non-empty buffer inside it. Any failure wraps
-// ErrDescriptor.
+// region that does not wrap around, a non-empty buffer inside it, and the key laid out as UCX
+// packs one, of the descriptor's memory type. Any failure wraps ErrDescriptor.
 func ParseDescriptor(b []byte) (Descriptor, []byte, error) {
 	if len(b) < descHeader+descTrailer {
 		return Descriptor{}, b, fmt.Errorf("%w: %d bytes, fewer than the %d of a descriptor's fixed part", ErrDescriptor, len(b), descHeader+descTrailer)
