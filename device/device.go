@@ -229,6 +229,9 @@ func New(dev *cuda.Device, o Options) (*Heap, error) {
 	if o.Capacity < 0 || o.Quota < 0 {
 		return nil, fmt.Errorf("%w: capacity %d, quota %d (want 0 or more)", ErrInvalidOptions, o.Capacity, o.Quota)
 	}
+	if err := sameDevice(o.Provider, d.Ordinal()); err != nil {
+		return nil, err
+	}
 	prov := o.Provider
 	if prov == nil {
 		var err error
@@ -279,6 +282,21 @@ func New(dev *cuda.Device, o Options) (*Heap, error) {
 	h.newPurger(o.PurgeDelay, prov)
 	h.SetPressure(o.Pressure)
 	return h, nil
+}
+
+// sameDevice returns an error wrapping ErrInvalidOptions when provider p names a CUDA device
+// (a Device() *cuda.Device method, as cudamem's providers have) other than the heap's, ordinal;
+// nil for a nil provider, one that names no device, or one of the heap's.
+func sameDevice(p arena.Provider, ordinal int) error {
+	d, ok := p.(interface{ Device() *cuda.Device })
+	if !ok {
+		return nil
+	}
+	if n := d.Device().Ordinal(); n >= 0 && n != ordinal {
+		return fmt.Errorf("%w: Options.Provider %s allocates on CUDA device %d, not on the heap's device %d",
+			ErrInvalidOptions, p.Name(), n, ordinal)
+	}
+	return nil
 }
 
 // Open opens device ordinal (cuda.Open: the error wraps cuda.ErrNoDriver without a driver) and

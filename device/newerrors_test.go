@@ -2,9 +2,11 @@ package device
 
 import (
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/pinmalloc/pinmalloc/arena"
+	"github.com/pinmalloc/pinmalloc/cudamem"
 	"github.com/pinmalloc/pinmalloc/heap"
 	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
 )
@@ -59,4 +61,52 @@ func TestFakeNewProviderFault(t *testing.T) {
 	if !errors.Is(err, ErrInvalidOptions) {
 		t.Errorf("New with a capacity past heap.MaxCapacity = %v", err)
 	}
+}
+
+// TestFakeNewProviderOfAnotherDevice: New refuses, with ErrInvalidOptions, a provider that
+// names another device than the heap's (cudamem's providers say theirs with Device), holding
+// nothing of it after; one of the heap's own device is taken. Before, New took device 1's
+// providers for a heap on device 0, which then handed out memory of device 1 to work on
+// device 0's streams.
+func TestFakeNewProviderOfAnotherDevice(t *testing.T) {
+	f := fakecuda.Run(t)
+	if f == nil {
+		return
+	}
+	f.SetDevices(2)
+	dev, dev1 := f.Open(t, 0), f.Open(t, 1)
+	type counted interface {
+		arena.Provider
+		Counters() cudamem.Counters
+	}
+	vmm, err := cudamem.NewDeviceVMM(public(dev1))
+	must(t, "NewDeviceVMM on device 1", err)
+	malloc, err := cudamem.NewDeviceMalloc(public(dev1))
+	must(t, "NewDeviceMalloc on device 1", err)
+	managed, err := cudamem.NewManaged(public(dev1))
+	must(t, "NewManaged on device 1", err)
+	host, err := cudamem.NewHostAlloc(public(dev1))
+	must(t, "NewHostAlloc on device 1", err)
+	for _, p := range []counted{vmm, malloc, managed, host} {
+		h, err := New(public(dev), Options{Provider: p, Capacity: 16 << 20})
+		if err == nil {
+			t.Errorf("New on device 0 over device 1's %s provider = nil error", p.Name())
+			must(t, "Close", h.Close())
+			continue
+		}
+		if !errors.Is(err, ErrInvalidOptions) {
+			t.Errorf("New on device 0 over device 1's %s provider = %v, want ErrInvalidOptions", p.Name(), err)
+		}
+		if msg := err.Error(); !strings.Contains(msg, "CUDA device 1") || !strings.Contains(msg, "device 0") {
+			t.Errorf("New over device 1's %s provider: %q does not name both devices", p.Name(), msg)
+		}
+		if c := p.Counters(); c.Live() != 0 {
+			t.Errorf("New refused device 1's %s provider, which still holds %+v", p.Name(), c)
+		}
+	}
+	own, err := cudamem.NewDeviceVMM(public(dev))
+	must(t, "NewDeviceVMM on device 0", err)
+	h, err := New(public(dev), Options{Provider: own, Capacity: 16 << 20})
+	must(t, "New over device 0's own provider", err)
+	must(t, "Close", h.Close())
 }

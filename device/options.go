@@ -28,7 +28,9 @@ type Options struct {
 	Capacity int
 	// Provider overrides where memory comes from (default cudamem.NewDevice of the
 	// device). It must serve memory the device can use: a device, managed or pinned host
-	// provider on the same device.
+	// provider on the same device. New refuses one that names another device with a
+	// Device() *cuda.Device method (cudamem's providers and ipcpool's do) with
+	// ErrInvalidOptions; one that names none is not checked.
 	Provider arena.Provider
 	// PurgeDelay is how long free memory stays committed: a stream's heap that made no
 	// allocation and no free for about a purge delay gives its free memory back once the
