@@ -527,9 +527,20 @@ func (d *Device) StreamContext(s Stream) (uintptr, error) {
 func (d *Device) StreamDestroy(s Stream) error {
 	seq := taints.seq.Load() // the let-go events tainted before the destroy name this stream
 	err := d.track(&d.streams, uint64(s), -1, d.Do(func() error { return d.drv.streamDestroy(s) }))
+	streamDestroys.Add(1) // after the destroy: a check made before it is stale from now on
 	d.letGoAfterAsk(s, seq, err == nil)
 	return err
 }
+
+// streamDestroys counts the StreamDestroy calls of the process, on every device.
+var streamDestroys atomic.Uint64
+
+// StreamDestroys returns the number of StreamDestroy calls made so far in the process, on
+// every device, refused or not. A check of a stream handle (its context, say) made after
+// reading it holds while it has not changed: no stream was destroyed through this binding
+// since, so no handle was given back for the driver to hand to a new stream. Streams another
+// binding destroys are not counted. It costs an atomic load.
+func StreamDestroys() uint64 { return streamDestroys.Load() }
 
 // StreamSynchronize waits until all work queued on s has completed.
 func (d *Device) StreamSynchronize(s Stream) error {

@@ -134,6 +134,9 @@ const (
 	// CtxSyncs counts cuCtxSynchronize calls made with a context current, refused or not (how
 	// often a caller waits for every stream of a context).
 	CtxSyncs
+	// StreamContextAsks counts cuStreamGetCtx calls made with a context current, valid stream
+	// or not (how often a caller asks the driver which context a stream is of).
+	StreamContextAsks
 	numStats
 )
 
