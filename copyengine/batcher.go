@@ -55,6 +55,7 @@ type Batcher struct {
 	retired []*stage // idle buffers to free: too small for a batch, or refused by Close
 	lost    []*stage // buffers a failed launch may still read, no event saying when it is done (lose)
 	held    held     // what else the driver refused to give back, for Close (held.go)
+	checked checked  // the stream Copy last found to be of the Batcher's context (streams.go)
 
 	spans, spare      []span // scratch for the overlap check
 	dsts, srcs, sizes []uintptr
@@ -162,7 +163,11 @@ func (b *Batcher) Calibration() (*Calibration, error) {
 // Copy queues every job on stream s and returns without waiting (see the package comment for
 // the stream guarantees and errors). An empty batch does nothing; after Close, Copy fails with
 // ErrClosed, empty or not. The per-thread default stream (CU_STREAM_PER_THREAD) is refused with
-// ErrInvalidStream: it names the default stream of whichever OS thread a driver call runs on. A
+// ErrInvalidStream: it names the default stream of whichever OS thread a driver call runs on. So
+// is a stream of another device (or of another CUDA context), whatever the method, before
+// anything is queued: the kernel cannot run there, and a copy there would not be the Batcher's
+// device's. A stream is asked its context (cuStreamGetCtx) when it is not the one Copy accepted
+// last, or a stream was destroyed through package cuda since. A
 // stream that is capturing a CUDA graph (or the legacy stream while a blocking stream captures)
 // is refused with an error matching cuda.ErrCapturing, before anything is queued: a batch's
 // staging buffer and fences are the Batcher's, reused by the next Copy, and a graph would use
@@ -184,6 +189,9 @@ func (b *Batcher) copyLocked(jobs []Job, s cuda.Stream) error {
 	}
 	if streamq.Stream(s) == streamq.PerThreadStream {
 		return fmt.Errorf("%w: %w", ErrInvalidStream, streamq.ErrPerThreadStream)
+	}
+	if err := b.checkStream(s); err != nil {
+		return err
 	}
 	if err := streamq.CaptureRefusal(b.dev, streamq.Stream(s)); err != nil {
 		return fmt.Errorf("copyengine: Copy refused: %w", err)

@@ -63,7 +63,14 @@
 // API refuses the legacy default stream (0), so a batch on stream 0 is fenced through the side
 // stream the same way. The per-thread default stream (CU_STREAM_PER_THREAD) is refused with
 // ErrInvalidStream: it names the default stream of whichever OS thread a driver call runs on,
-// and a goroutine moves between threads from one call to the next. A stream capturing a CUDA
+// and a goroutine moves between threads from one call to the next. So is a stream of another
+// device or CUDA context, with every method: the kernel cannot be launched there, and the
+// copy methods would queue the batch on another device's stream. A stream's context is asked
+// (cuStreamGetCtx) when Copy is given another stream than the one it accepted last, or after
+// a stream was destroyed through package cuda (its handle may go to another device's stream);
+// a stream destroyed through another binding, its handle given to another device's stream, can
+// go unnoticed (the launch then fails with the driver's error, and a copy method queues the
+// batch there). A stream capturing a CUDA
 // graph (cuStreamBeginCapture), or the legacy stream while a blocking stream captures, is
 // refused with an error matching cuda.ErrCapturing before anything is queued: the staging
 // buffers and fences of a batch are the Batcher's, reused by the next Copy, and a graph would

@@ -26,7 +26,8 @@ var (
 	ErrNotCalibrated = errkind.New(pinmalloc.ErrNotSupported, "copyengine: no calibration")
 	// ErrInvalidStream means a stream Copy cannot order a batch on: the per-thread default
 	// stream (CU_STREAM_PER_THREAD), which names whichever OS thread's default stream a call
-	// runs on.
+	// runs on, a stream of another device or CUDA context than the Batcher's, or a handle the
+	// driver does not know as a stream (a destroyed one).
 	ErrInvalidStream = errkind.New(pinmalloc.ErrInvalidStream, "copyengine: invalid stream")
 	// ErrClosed means the Batcher was used after Close.
 	ErrClosed = errkind.New(pinmalloc.ErrClosed, "copyengine: batcher closed")

@@ -1,8 +1,8 @@
 package copyengine
 
-// The Batcher's side stream and the fences that keep a batch moved on it in the order of the
-// caller's stream: LowPriority launches run there, and batch-API batches on the legacy stream,
-// which that API refuses.
+// The caller's stream, checked to be of the Batcher's device; the Batcher's side stream and
+// the fences that keep a batch moved on it in the order of the caller's stream: LowPriority
+// launches run there, and batch-API batches on the legacy stream, which that API refuses.
 
 import (
 	"errors"
@@ -10,8 +10,48 @@ import (
 
 	"github.com/pinmalloc/pinmalloc"
 	"github.com/pinmalloc/pinmalloc/cuda"
+	icuda "github.com/pinmalloc/pinmalloc/internal/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/streamq"
 )
+
+// checked is the stream Copy last found to be of the Batcher's context (checkStream), and
+// icuda.StreamDestroys when it asked: while no stream has been destroyed since, no other
+// stream can have its handle.
+type checked struct {
+	s       cuda.Stream
+	destroy uint64
+	ok      bool
+}
+
+// checkStream refuses, with ErrInvalidStream, a stream s of another context than the
+// Batcher's (another device's stream), or a handle the driver does not know, before anything
+// is queued: the kernel's launch there fails, and a copy there would be ordered on another
+// device's stream. The legacy stream, every context's, is not asked about. The stream accepted
+// last is remembered, until a stream is destroyed through package cuda: a Copy on it costs an
+// atomic load and no driver call. A driver without cuStreamGetCtx takes the stream on trust.
+// b.mu is held.
+func (b *Batcher) checkStream(s cuda.Stream) error {
+	if streamq.DefaultStream(streamq.Stream(s)) {
+		return nil
+	}
+	destroy := icuda.StreamDestroys() // before the ask: a destroy after it makes the answer stale
+	if b.checked.ok && b.checked.s == s && b.checked.destroy == destroy {
+		return nil
+	}
+	c, err := b.dev.StreamContext(uintptr(s))
+	switch {
+	case errors.Is(err, pinmalloc.ErrSymbol): // the driver cannot say: the stream is taken on trust
+	case errors.Is(err, cuda.ErrDeviceFault), errors.Is(err, pinmalloc.ErrClosed):
+		return fmt.Errorf("copyengine: asking the context of stream %#x: %w", s, err) // not the stream's fault
+	case err != nil:
+		return fmt.Errorf("%w: stream %#x, refused as a stream of CUDA device %d: %w", ErrInvalidStream, s, b.dev.Ordinal(), err)
+	case c != b.dev.Context():
+		return fmt.Errorf("%w: stream %#x, refused as a stream of CUDA device %d: a stream of CUDA context %#x, not the device's %#x: %w",
+			ErrInvalidStream, s, b.dev.Ordinal(), c, b.dev.Context(), pinmalloc.ErrInvalidHandle)
+	}
+	b.checked = checked{s: s, destroy: destroy, ok: true}
+	return nil
+}
 
 // lowPriority creates the side stream at the device's least priority.
 func (b *Batcher) lowPriority() error {
