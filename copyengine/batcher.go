@@ -55,7 +55,7 @@ type Batcher struct {
 	retired []*stage // idle buffers to free: too small for a batch, or refused by Close
 	lost    []*stage // buffers a failed launch may still read, no event saying when it is done (lose)
 	held    held     // what else the driver refused to give back, for Close (held.go)
-	checked checked  // the stream Copy last found to be of the Batcher's context (streams.go)
+	checked checked  // the streams Copy found to be of the Batcher's context (streams.go)
 
 	spans, spare      []span // scratch for the overlap check
 	dsts, srcs, sizes []uintptr
@@ -166,8 +166,8 @@ func (b *Batcher) Calibration() (*Calibration, error) {
 // ErrInvalidStream: it names the default stream of whichever OS thread a driver call runs on. So
 // is a stream of another device (or of another CUDA context), whatever the method, before
 // anything is queued: the kernel cannot run there, and a copy there would not be the Batcher's
-// device's. A stream is asked its context (cuStreamGetCtx) when it is not the one Copy accepted
-// last, or a stream was destroyed through package cuda since. A
+// device's. A stream is asked its context (cuStreamGetCtx) when it is not among the last
+// eight Copy accepted, or a stream was destroyed through package cuda since. A
 // stream that is capturing a CUDA graph (or the legacy stream while a blocking stream captures)
 // is refused with an error matching cuda.ErrCapturing, before anything is queued: a batch's
 // staging buffer and fences are the Batcher's, reused by the next Copy, and a graph would use

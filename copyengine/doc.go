@@ -66,7 +66,7 @@
 // and a goroutine moves between threads from one call to the next. So is a stream of another
 // device or CUDA context, with every method: the kernel cannot be launched there, and the
 // copy methods would queue the batch on another device's stream. A stream's context is asked
-// (cuStreamGetCtx) when Copy is given another stream than the one it accepted last, or after
+// (cuStreamGetCtx) when Copy is given a stream not among the last eight it accepted, or after
 // a stream was destroyed through package cuda (its handle may go to another device's stream);
 // a stream destroyed through another binding, its handle given to another device's stream, can
 // go unnoticed (the launch then fails with the driver's error, and a copy method queues the

@@ -138,17 +138,26 @@ func TestStreamCheckedOnce(t *testing.T) {
 	if got := f.Stat(fakecuda.StreamContextAsks) - asks; got != 1 {
 		t.Errorf("3 Copies on one stream asked its context %d times, want 1", got)
 	}
+	s2 := newStream(t, dev)
+	for range 3 { // two streams in turn: each asked once
+		copies(s2, 1)
+		copies(s, 1)
+	}
+	if got := f.Stat(fakecuda.StreamContextAsks) - asks; got != 2 {
+		t.Errorf("Copies on two streams in turn asked %d times in all, want 2", got)
+	}
 	copies(0, 2)
-	if got := f.Stat(fakecuda.StreamContextAsks) - asks; got != 1 {
-		t.Errorf("Copies on the legacy stream asked a context %d times", got-1)
+	if got := f.Stat(fakecuda.StreamContextAsks) - asks; got != 2 {
+		t.Errorf("Copies on the legacy stream asked a context %d times", got-2)
 	}
 	other, err := dev.StreamCreate(true)
 	must(t, "StreamCreate", err)
 	must(t, "StreamDestroy", dev.StreamDestroy(other))
 	copies(s, 2)
-	if got := f.Stat(fakecuda.StreamContextAsks) - asks; got != 2 {
-		t.Errorf("2 Copies on the stream after another's destroy made %d asks in all, want 2", got)
+	if got := f.Stat(fakecuda.StreamContextAsks) - asks; got != 3 {
+		t.Errorf("2 Copies on the stream after another's destroy made %d asks in all, want 3", got)
 	}
+	must(t, "StreamSynchronize", dev.StreamSynchronize(s2))
 	must(t, "StreamSynchronize", dev.StreamSynchronize(s))
 	must(t, "StreamSynchronize", dev.StreamSynchronize(0))
 }

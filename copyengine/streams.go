@@ -14,28 +14,54 @@ import (
 	"github.com/pinmalloc/pinmalloc/internal/streamq"
 )
 
-// checked is the stream Copy last found to be of the Batcher's context (checkStream), and
-// icuda.StreamDestroys when it asked: while no stream has been destroyed since, no other
-// stream can have its handle.
+// checked is the streams Copy found to be of the Batcher's context (checkStream), up to
+// checkedStreams of them, and icuda.StreamDestroys when it asked: while no stream has been
+// destroyed since, no other stream can have their handles.
 type checked struct {
-	s       cuda.Stream
+	s       [checkedStreams]cuda.Stream
+	n       int // how many of s hold streams; the next one replaces s[n%checkedStreams]
 	destroy uint64
-	ok      bool
+}
+
+// checkedStreams is how many streams a Batcher remembers as its context's: a serving loop
+// feeding one Batcher from a stream per worker asks each once, not at every turn.
+const checkedStreams = 8
+
+// has reports whether s is remembered, with no stream destroyed since (destroy).
+func (c *checked) has(s cuda.Stream, destroy uint64) bool {
+	if c.destroy != destroy {
+		return false
+	}
+	for _, x := range c.s[:min(c.n, checkedStreams)] {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// add remembers s, asked when the destroy count was destroy: a later count forgets the others.
+func (c *checked) add(s cuda.Stream, destroy uint64) {
+	if c.destroy != destroy {
+		c.n, c.destroy = 0, destroy
+	}
+	c.s[c.n%checkedStreams] = s
+	c.n++
 }
 
 // checkStream refuses, with ErrInvalidStream, a stream s of another context than the
 // Batcher's (another device's stream), or a handle the driver does not know, before anything
 // is queued: the kernel's launch there fails, and a copy there would be ordered on another
-// device's stream. The legacy stream, every context's, is not asked about. The stream accepted
-// last is remembered, until a stream is destroyed through package cuda: a Copy on it costs an
-// atomic load and no driver call. A driver without cuStreamGetCtx takes the stream on trust.
-// b.mu is held.
+// device's stream. The legacy stream, every context's, is not asked about. The streams
+// accepted are remembered (checked), until a stream is destroyed through package cuda: a Copy
+// on one of them costs an atomic load and no driver call. A driver without cuStreamGetCtx
+// takes the stream on trust. b.mu is held.
 func (b *Batcher) checkStream(s cuda.Stream) error {
 	if streamq.DefaultStream(streamq.Stream(s)) {
 		return nil
 	}
 	destroy := icuda.StreamDestroys() // before the ask: a destroy after it makes the answer stale
-	if b.checked.ok && b.checked.s == s && b.checked.destroy == destroy {
+	if b.checked.has(s, destroy) {
 		return nil
 	}
 	c, err := b.dev.StreamContext(uintptr(s))
@@ -49,7 +75,7 @@ func (b *Batcher) checkStream(s cuda.Stream) error {
 		return fmt.Errorf("%w: stream %#x, refused as a stream of CUDA device %d: a stream of CUDA context %#x, not the device's %#x: %w",
 			ErrInvalidStream, s, b.dev.Ordinal(), c, b.dev.Context(), pinmalloc.ErrInvalidHandle)
 	}
-	b.checked = checked{s: s, destroy: destroy, ok: true}
+	b.checked.add(s, destroy)
 	return nil
 }
 
