@@ -78,7 +78,10 @@ func (c *check) evaluate() {
 	c.Checks = append(c.Checks, c.capabilityChecks()...)
 }
 
-// figureTarget grades the GPU tests' figure name: UNMEASURED when no test recorded it.
+// figureTarget grades the GPU tests' figure name: UNMEASURED when no test recorded it, or when
+// the test that recorded it did not pass (a figure is logged before its test's verdict: one of
+// copies whose bytes came out wrong is no measurement, as lookup takes no figure of an
+// allocator that failed on its case).
 func (c *check) figureTarget(name string) target {
 	for _, f := range c.Figures {
 		if f.Name != name {
@@ -88,11 +91,25 @@ func (c *check) figureTarget(name string) target {
 		if f.AtMost {
 			op = "<="
 		}
-		t := ratio(name, fmt.Sprintf("%s %s %g %s (%s, %s)", name, op, f.Limit, f.Unit, strings.TrimSuffix(f.Binary, ".test"), f.Test),
-			f.Value, 1, true, f.Limit, f.AtMost, fmt.Sprintf("%.3g %s", f.Value, f.Unit))
-		return t
+		want := fmt.Sprintf("%s %s %g %s (%s, %s)", name, op, f.Limit, f.Unit, strings.TrimSuffix(f.Binary, ".test"), f.Test)
+		if st, detail := c.testStatus(f.Binary, f.Test); st != pass {
+			return target{Name: name, Want: want, Limit: f.Limit, Status: unmeasured, Detail: fmt.Sprintf(
+				"not measured: %s (%s) recorded %.3g %s but did not pass (%s)", f.Test, f.Binary, f.Value, f.Unit, detail)}
+		}
+		return ratio(name, want, f.Value, 1, true, f.Limit, f.AtMost, fmt.Sprintf("%.3g %s", f.Value, f.Unit))
 	}
 	return target{Name: name, Want: "recorded by a GPU test (fakecuda.Figure)", Status: unmeasured, Detail: "no GPU test recorded it"}
+}
+
+// testStatus is the status of test name of binary and its detail ("not run" when the check
+// has no such test).
+func (c *check) testStatus(binary, name string) (status, detail string) {
+	for _, t := range c.Tests {
+		if t.Binary == binary && t.Name == name {
+			return t.Status, strings.ToLower(t.Status) + map[bool]string{true: ": " + t.Detail}[t.Detail != ""]
+		}
+	}
+	return "", "no result of it"
 }
 
 // fromTarget turns a target into a check: MET passes, MISSED and UNMEASURED fail; on the fake

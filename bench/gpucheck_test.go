@@ -270,6 +270,7 @@ func TestGpucheckTargets(t *testing.T) {
 		c.bench = &suite{cfg: c.cfg, results: rs}
 		c.Cases = []caseRun{{Name: "cuda-pair/4KiB", Status: pass}}
 		c.Figures = figs
+		c.Tests = []testResult{{Binary: "uvm.test", Name: "TestGPUTierBandwidth", Status: pass}}
 		c.Steps = []stepResult{{Name: "bench", Status: pass}}
 		c.evaluate()
 		acquire, kernel, figMet, figMissed, figNone := findCheck(c, "uvm-acquire-resident"), findCheck(c, "kernel-h2d/4KiB"),
@@ -469,5 +470,32 @@ func TestWorkerNaNIsNoFigure(t *testing.T) {
 		if tg.Name == "footprint-low-idle" && tg.Status != unmeasured {
 			t.Errorf("%s %s ratio %g (%s), want UNMEASURED", tg.Name, tg.Status, tg.Ratio, tg.Detail)
 		}
+	}
+}
+
+// TestGpucheckFigureOfAFailedTest: a figure a GPU test recorded is graded only when that test
+// passed; one recorded by a test that failed (its bytes moved wrong, its tier's stats off: the
+// figure is logged before the test's verdict) or did not finish is UNMEASURED, failing, never
+// PASS, as a bench figure of an allocator that failed on its case is no measurement (lookup).
+func TestGpucheckFigureOfAFailedTest(t *testing.T) {
+	c := newCheck(t, t.TempDir(), false)
+	c.Figures = []testFigure{
+		{Binary: "uvm.test", Test: "TestGPUTierBandwidth", Name: "uvm-tier/evict/4KiB", Value: 50, Unit: "GB/s", Limit: 48},
+		{Binary: "other.test", Test: "TestGPUOther", Name: "uvm-tier/restore/4KiB", Value: 50, Unit: "GB/s", Limit: 48},
+		{Binary: "third.test", Test: "TestGPUThird", Name: "uvm-tier/both/4KiB", Value: 90, Unit: "GB/s", Limit: 80},
+	}
+	c.Tests = []testResult{
+		{Binary: "uvm.test", Name: "TestGPUTierBandwidth", Status: fail, Detail: "4 KiB: stats {Failures:3}"},
+		{Binary: "other.test", Name: "TestGPUOther", Status: fail, Detail: "did not finish"},
+		{Binary: "third.test", Name: "TestGPUThird", Status: pass},
+	}
+	for _, name := range []string{"uvm-tier/evict/4KiB", "uvm-tier/restore/4KiB"} {
+		ct := c.fromTarget(c.figureTarget(name), "target")
+		if ct.Status != fail || !strings.Contains(ct.Detail, "not measured") {
+			t.Errorf("%s, recorded by a test that failed: %s (%s), want FAIL saying not measured", name, ct.Status, ct.Detail)
+		}
+	}
+	if ct := c.fromTarget(c.figureTarget("uvm-tier/both/4KiB"), "target"); ct.Status != pass {
+		t.Errorf("uvm-tier/both/4KiB, recorded by a test that passed: %s (%s), want PASS", ct.Status, ct.Detail)
 	}
 }
