@@ -96,3 +96,20 @@ func TestPinTargetBestOfMeasured(t *testing.T) {
 		}
 	}
 }
+
+// TestPinTargetSkipsFailedPaths: pin-1gib-ms takes no figure of a path whose case recorded an
+// error (as lookup takes none of an allocator that failed on its case): a fast pin on a path
+// that then failed is no measurement, and with no other path the target is UNMEASURED.
+func TestPinTargetSkipsFailedPaths(t *testing.T) {
+	fast := result{Case: "commit/vmm-precommit/driver", Impl: "pinmalloc", Metric: "ms_per_gib_4w", Value: 30, Unit: "ms"}
+	failed := result{Case: "commit/vmm-precommit/driver", Impl: "pinmalloc", Metric: "error", Note: "4 bytes still committed after Trim"}
+	slow := result{Case: "commit/register-span/4k/driver", Impl: "pinmalloc", Metric: "ms_per_gib_1w", Value: 60, Unit: "ms"}
+	ts := (&commitSuite{}).targets([]result{fast, failed, slow})
+	if ts[0].Status != missed || ts[0].Ratio != 60 {
+		t.Errorf("a failed path beside a measured one: %s ratio %g (%s), want MISSED at 60 ms/GiB", ts[0].Status, ts[0].Ratio, ts[0].Detail)
+	}
+	ts = (&commitSuite{}).targets([]result{fast, failed})
+	if ts[0].Status != unmeasured || !strings.Contains(ts[0].Detail, "pinmalloc failed on commit/vmm-precommit/driver") {
+		t.Errorf("only a failed path: %s ratio %g (%s), want UNMEASURED saying the path failed", ts[0].Status, ts[0].Ratio, ts[0].Detail)
+	}
+}
