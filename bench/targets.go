@@ -442,7 +442,7 @@ func printTargets(w io.Writer, ts []target) {
 				continue
 			}
 			line(t)
-			if t.Unreachable != "" {
+			if t.Status == missed && t.Unreachable != "" { // not one NOISY since
 				unreachable++
 			}
 		}
