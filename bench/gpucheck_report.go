@@ -209,7 +209,9 @@ func (c *check) runChecks(rs []result) []checkResult {
 		managed := 0
 		for _, r := range rs {
 			if r.Impl == managedPolicy && strings.HasPrefix(r.Case, "uvm-oversub/") && r.Metric == "gbps" {
-				managed++
+				if v, ok := lookup(rs, r.Case, r.Impl, r.Metric); ok && v > 0 { // a figure, not a row left empty
+					managed++
+				}
 			}
 		}
 		if c.fake {

@@ -499,3 +499,36 @@ func TestGpucheckFigureOfAFailedTest(t *testing.T) {
 		t.Errorf("uvm-tier/both/4KiB, recorded by a test that passed: %s (%s), want PASS", ct.Status, ct.Detail)
 	}
 }
+
+// TestGpucheckManagedRowsMeasured: bench-uvm-managed passes only on a managed-memory row with a
+// figure; one whose bandwidth was not a number (noted so by the worker: finite), or whose case
+// recorded an error, is no row measured.
+func TestGpucheckManagedRowsMeasured(t *testing.T) {
+	c := newCheck(t, t.TempDir(), false)
+	c.Steps = []stepResult{{Name: "bench", Status: pass}}
+	c.Cases = []caseRun{{Name: "uvm-oversub/zipf/managed/1x", Status: pass}}
+	row := result{Case: "uvm-oversub/zipf/managed/1x", Impl: managedPolicy, Metric: "gbps", Unit: "GB/s"}
+	nan := row
+	nan.Note = "not a number"
+	failed := row
+	failed.Case, failed.Value = "uvm-oversub/zipf/managed/2x", 5
+	for _, tc := range []struct {
+		name string
+		rs   []result
+		want string
+	}{
+		{"not a number", []result{nan}, fail},
+		{"of a failed case", []result{failed, {Case: failed.Case, Impl: managedPolicy, Metric: "error", Note: "verify: block 3"}}, fail},
+		{"measured", []result{{Case: row.Case, Impl: managedPolicy, Metric: "gbps", Value: 5}}, pass},
+	} {
+		var ct checkResult
+		for _, x := range c.runChecks(tc.rs) {
+			if x.Name == "bench-uvm-managed" {
+				ct = x
+			}
+		}
+		if ct.Status != tc.want {
+			t.Errorf("a managed row %s: bench-uvm-managed %s (%s), want %s", tc.name, ct.Status, ct.Detail, tc.want)
+		}
+	}
+}
