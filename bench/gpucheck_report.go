@@ -106,7 +106,11 @@ func (c *check) figureTarget(name string) target {
 func (c *check) testStatus(binary, name string) (status, detail string) {
 	for _, t := range c.Tests {
 		if t.Binary == binary && t.Name == name {
-			return t.Status, strings.ToLower(t.Status) + map[bool]string{true: ": " + t.Detail}[t.Detail != ""]
+			detail = strings.ToLower(t.Status)
+			if t.Detail != "" {
+				detail += ": " + t.Detail
+			}
+			return t.Status, detail
 		}
 	}
 	return "", "no result of it"
