@@ -138,21 +138,23 @@ func (w *Owner) moveDeadlines() {
 	}
 }
 
-// waitServing waits, the handshake's timeout at most, while the owner waits for the memory of
-// the pool it adopts, and reports whether it serves now and when the handshake of a connection
-// that began at start has its deadline run from: its start, or the owner's serving when it
-// connected during the wait, whether or not its session saw the wait (Options.Timeout).
+// waitServing waits, while the owner waits for the memory of the pool it adopts, until the
+// handshake's deadline at most (handshakeFrom: Options.Timeout past the wait's end for a
+// connection that came during it, however long the wait), and reports whether it serves now
+// and when the handshake of a connection that began at start has its deadline run from: its
+// start, or the owner's serving when it connected during the wait, whether or not its session
+// saw the wait (Options.Timeout).
 func (w *Owner) waitServing(start time.Time) (serving bool, from time.Time) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.adopting && !w.closed {
-		t := time.AfterFunc(w.timeout, func() {
+		end := w.handshakeFrom(start).Add(w.timeout)
+		t := time.AfterFunc(time.Until(end), func() {
 			w.mu.Lock()
 			w.cond.Broadcast()
 			w.mu.Unlock()
 		})
 		defer t.Stop()
-		end := time.Now().Add(w.timeout)
 		for w.adopting && !w.closed && time.Now().Before(end) {
 			w.cond.Wait()
 		}
