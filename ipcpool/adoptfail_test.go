@@ -147,3 +147,54 @@ func TestServeFailingAfterTheAdoptWaitReturns(t *testing.T) {
 		t.Fatal("Serve whose new pool failed, a rejoin waiting to donate the pool, has not returned in 20s")
 	}
 }
+
+// Serve that fails to make its pool after waiting for one to adopt returns its error at once,
+// even while a process that connected during the wait says nothing: nothing needs its answer
+// any more, as at Close. (Serve waited for that session to reach its handshake's deadline,
+// Options.Timeout, before it returned.)
+func TestServeFailingCutsASilentConnection(t *testing.T) {
+	const timeout = 10 * time.Second
+	path := filepath.Join(t.TempDir(), "pool.sock")
+	started := make(chan struct{}, 1)
+	sessionStarts = func() {
+		select {
+		case started <- struct{}{}:
+		default:
+		}
+	}
+	refused := errors.New("the test refuses the new pool's process")
+	var failedAt time.Time
+	newProcessFails = func(hello) error {
+		<-started // the silent connection's session runs: Serve's end waits for it
+		failedAt = time.Now()
+		return refused
+	}
+	t.Cleanup(func() { sessionStarts, newProcessFails = nil, nil })
+	type result struct {
+		err error
+		at  time.Time
+	}
+	served := make(chan result, 1)
+	go func() {
+		w, err := Serve(path, Options{Size: 4 << 20, Adopt: 300 * time.Millisecond, Timeout: timeout, FallbackPageable: true})
+		if w != nil {
+			_ = w.Close()
+		}
+		served <- result{err, time.Now()}
+	}()
+	var conn *net.UnixConn
+	waitFor(t, func() bool {
+		var err error
+		conn, err = net.DialUnix("unix", nil, &net.UnixAddr{Name: path, Net: "unix"})
+		return err == nil
+	})
+	defer conn.Close() // silent until then
+	r := <-served
+	if !errors.Is(r.err, refused) {
+		t.Fatalf("Serve whose new pool failed: %v, want the failure", r.err)
+	}
+	if d := r.at.Sub(failedAt); d > timeout/2 {
+		t.Fatalf("Serve whose new pool failed returned %v after the failure, a connection silent: "+
+			"want it at once, not at the connection's deadline (Options.Timeout %v)", d, timeout)
+	}
+}

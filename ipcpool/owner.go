@@ -153,6 +153,11 @@ func Serve(path string, o Options) (*Owner, error) {
 	if err != nil {
 		if w.ln != nil {
 			w.closeListener()
+			w.mu.Lock()
+			for c := range w.noSlot { // no answer of theirs is needed, as at Close
+				c.Close()
+			}
+			w.mu.Unlock()
 			w.wg.Wait()
 		}
 		closeDevice(dev)
