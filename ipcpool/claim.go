@@ -19,7 +19,9 @@ import (
 //   - a grant the words gave the process that it does not claim (lent by the previous owner
 //     as it died, given back while no owner ran, or a forged word) goes to the scan or, after
 //     it, stays unclaimed while another process may claim it (rejoinsPending); then it is
-//     fenced and free;
+//     fenced and free; so does what the words gave a process given up for not rejoining in
+//     time, once it has exited, and until then a process still to rejoin may claim it
+//     (leaveSlot);
 //   - a claim of a grant the owner knows another process holds (lent by this owner, or
 //     claimed already) comes from a lying process or a broken owner, never from a word
 //     forged: the claims are refused, nothing changes, and the process is orphaned.

@@ -23,10 +23,17 @@ import "time"
 
 // leave takes back what the process in slot left. wa watches the process (none: it has
 // exited, or it detached); leave owns it.
-func (w *Owner) leave(slot int, detached bool, wa watch) {
+func (w *Owner) leave(slot int, detached bool, wa watch) { w.leaveSlot(slot, detached, false, wa) }
+
+// leaveSlot is leave; fromWords says that only the control region's words gave the process what
+// it holds: a process of the previous owner given up for not rejoining in time (expireRejoins).
+// A process still to rejoin may claim that, and once the process has exited it waits unclaimed
+// while one may (claim.go), as what an adoption's scan keeps.
+func (w *Owner) leaveSlot(slot int, detached, fromWords bool, wa watch) {
 	w.mu.Lock()
 	st := &w.procs[slot]
 	g := newGone(slot, st.serial, wa, detached || wa.none())
+	g.fromWords = fromWords
 	if g.exited {
 		g.watch.stop()
 	}
@@ -47,6 +54,7 @@ func (w *Owner) leave(slot int, detached bool, wa watch) {
 		w.c.slotStore(slot, sSerial, st.serial|serialGone)
 	}
 	var fenced []int
+	pending := fromWords && w.rejoinsPending()
 	for i := range w.table {
 		t := &w.table[i]
 		if t.state != gHeld || t.slot != slot {
@@ -59,6 +67,8 @@ func (w *Owner) leave(slot int, detached bool, wa watch) {
 		case !g.exited:
 			*t = grantState{state: gLimbo, gone: g, gen: t.gen + 1}
 			w.publish(i)
+		case pending:
+			w.unclaim(i)
 		default:
 			fenced = append(fenced, i)
 		}
@@ -254,7 +264,7 @@ func (w *Owner) expireRejoins() {
 	}
 	w.mu.Unlock()
 	for _, s := range late {
-		w.leave(s, false, watchSlot(&w.c, s))
+		w.leaveSlot(s, false, true, watchSlot(&w.c, s))
 	}
 }
 
