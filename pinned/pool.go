@@ -434,13 +434,15 @@ func (p *Pool) free(b []byte, guard bool) error {
 		}
 	}
 	if guard && p.guarded {
-		err := p.freeGuarded(addr, n, nil)
+		held, err := p.freeGuarded(addr, n, nil)
 		if err != nil {
 			err = p.freeOutside(addr, n, err)
 		}
-		if err == nil && p.closed.Load() {
+		if err == nil && !held && p.closed.Load() {
 			// Out of freeGuarded's locks: finishClose holds every shard, and Blocks, which
-			// holds them too, takes the site table's locks.
+			// holds them too, takes the site table's locks. A free deferred to the buffer's
+			// holds is their last Release's to finish (hold.go), as in freeRest: here it
+			// waited for the Release as for a stream, Close's whole wait.
 			p.finishClose(addr)
 		}
 		return err

@@ -329,7 +329,7 @@ func (p *Pool) FreeAsync(b []byte, s cuda.Stream) error {
 		return err
 	}
 	if p.guarded {
-		err = p.freeGuarded(addr, n, l)
+		_, err = p.freeGuarded(addr, n, l) // never held: deferFree above, and l is not nil
 	} else {
 		err = p.freeAsync(addr, n, l)
 	}
