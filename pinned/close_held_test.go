@@ -76,3 +76,71 @@ func TestFakeClosedHeldLastFree(t *testing.T) {
 		}
 	}
 }
+
+// TestFakeClosedHeldBetweenFreeLooks: a Hold that takes the last live buffer of a closed
+// CUDAHost pool between its guarded Free's look at the holds and the Free's claim defers the
+// Free to the Hold's Release (TestFakeHoldBetweenGuardedFreeLooks), and the Free returns at once,
+// as for a Hold before it: the Release releases the pool's memory. The Free went on to finish
+// the close and waited for the Hold as for a stream, Close's whole wait (5 s; here an hour).
+func TestFakeClosedHeldBetweenFreeLooks(t *testing.T) {
+	f, _ := fakecuda.RunDevice(t)
+	if f == nil {
+		return
+	}
+	old := pinned.SetCloseWait(time.Hour)
+	defer pinned.SetCloseWait(old)
+	for _, c := range []struct {
+		name string
+		o    pinned.Options
+	}{
+		{"ZeroOnFree", pinned.Options{ZeroOnFree: true}},
+		{"RecordSites", pinned.Options{RecordSites: true}},
+	} {
+		o := c.o
+		o.Backend, o.Capacity = pinned.CUDAHost, 64<<20
+		p, err := pinned.New(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := p.Alloc(4096)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := p.Close(); !errors.Is(err, pinned.ErrLiveBlocks) {
+			t.Fatalf("%s: Close with a buffer live: %v", c.name, err)
+		}
+		held := make(chan struct{})
+		var h pinned.Hold
+		var herr error
+		restore := pinned.SetAfterHoldsLook(func() { h, herr = p.Hold(b); close(held) })
+		freed := make(chan error, 1)
+		go func() { freed <- p.Free(b) }()
+		<-held
+		if herr != nil {
+			restore()
+			t.Fatalf("%s: Hold between the Free's looks: %v", c.name, herr)
+		}
+		select {
+		case err := <-freed:
+			if err != nil {
+				t.Errorf("%s: Free of the buffer held meanwhile: %v", c.name, err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Errorf("%s: Free of the last buffer of a closed pool, held meanwhile, still waits after 5 s", c.name)
+			_ = h.Release() // ends the wait
+			<-freed
+			restore()
+			continue
+		}
+		restore()
+		if st := p.Stats(); st.Reserved == 0 {
+			t.Errorf("%s: the memory went before the last Release", c.name)
+		}
+		if err := h.Release(); err != nil {
+			t.Errorf("%s: Release: %v", c.name, err)
+		}
+		if st := p.Stats(); st.Reserved != 0 || st.Live != 0 {
+			t.Errorf("%s: after the last Release the pool holds %d buffers, %d bytes reserved", c.name, st.Live, st.Reserved)
+		}
+	}
+}

@@ -433,6 +433,21 @@ func (o *outside) deferFree(addr, n uintptr, async bool, s cuda.Stream, dropped 
 	return true, o.deferTo(u, addr, n, async, s, dropped)
 }
 
+// freedHeld reports that the free of the buffer at addr waits for the last Release of its holds
+// (deferFree, lockUnheld): that Release makes it, and finishes the close of a closed pool then,
+// so a free's close (settle) waits for no Hold. A pool with no buffer held answers at the cost
+// of one load.
+func (o *outside) freedHeld(addr uintptr) bool {
+	if o.active.Load() == 0 {
+		return false
+	}
+	sh := o.shard(addr)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	u := sh.m[addr]
+	return u != nil && u.freed != 0
+}
+
 // deferTo defers the free of the buffer at addr, of n bytes, to the last Release of u, its entry
 // (deferFree's arguments), or says why the free is refused. Under the entry's shard's lock.
 func (o *outside) deferTo(u *outUse, addr, n uintptr, async bool, s cuda.Stream, dropped bool) error {
