@@ -48,8 +48,8 @@ func (m Mode) String() string {
 // ErrInvalidHandle, ErrInvalidStream (a stream the driver does not know; the tier asks it once per
 // stream; ErrDeviceFault instead when the context has failed; a known stream destroyed without
 // ForgetStream whose wait the driver refuses is then forgotten, as a refused Release forgets it,
-// its uses on other blocks ending by a synchronize of the device), ErrAllPinned (no room: the budget is
-// held by acquired blocks), ErrAcquired (the host holds the block for writing, or for reading and m
+// its uses on other blocks ending by a synchronize of the device), ErrAllPinned (no room: the budget, or
+// the device heap, is held by acquired blocks), ErrAcquired (the host holds the block for writing, or for reading and m
 // is Write), an error matching cuda.ErrCapturing when s is capturing a CUDA graph and the block
 // must be waited for there (it is brought back or still arriving, or was last released on another
 // stream: the wait would be a node of the graph), and the errors of the copy, the device heap and

@@ -25,9 +25,9 @@ var (
 	ErrAcquired = errkind.New(pinmalloc.ErrBusy, "uvm: block acquired")
 	// ErrTooLarge means a block larger than the device budget (it could never be resident).
 	ErrTooLarge = errkind.New(pinmalloc.ErrTooLarge, "uvm: block larger than the device budget")
-	// ErrAllPinned means the device budget is held by acquired blocks (and transfers still in
-	// flight) so that nothing can be evicted to make room: retry after a Release, or use
-	// AcquireContext, which waits.
+	// ErrAllPinned means the device budget, or the device heap, is held by acquired blocks (and
+	// transfers still in flight) so that nothing can be evicted to make room: retry after a
+	// Release, or use AcquireContext, which waits.
 	ErrAllPinned = errkind.New(pinmalloc.ErrBusy, "uvm: every evictable byte is acquired")
 	// ErrHostFull means the pinned host pool cannot take the block (an eviction, or a block
 	// whose bytes would exceed what device and host together can hold); the block stays where

@@ -146,3 +146,10 @@ func FailNew(err error, prepare func(*device.Heap, *pinned.Pool)) {
 		return err
 	}
 }
+
+// HeapStats returns the figures of the tier's device heap.
+func (t *Tier) HeapStats() device.Stats {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.mem.heap.Stats()
+}

@@ -23,7 +23,11 @@ const (
 type Options struct {
 	// DeviceBudget is the VRAM the tier's blocks may hold, in bytes (required; at most 128 TiB,
 	// heap.MaxCapacity, as is HostCapacity). With no Heap, at most about 102 TiB: the device
-	// heap the tier makes has room for a quarter more and 4 MiB, within 128 TiB.
+	// heap the tier makes has room for a quarter more and 4 MiB, within 128 TiB, and never
+	// commits more. Blocks of many sizes can fill that heap well within the budget (each size
+	// class takes pages of its own: 64 KiB up to 8 KiB, 512 KiB up to 64 KiB, a 2 MiB segment up
+	// to 256 KiB); the tier then evicts cold blocks until the block it brings back fits, and
+	// fails with ErrAllPinned only when none is left to evict.
 	DeviceBudget int
 	// HostCapacity caps the pinned host pool (default 4×DeviceBudget, capped as follows).
 	// Blocks whose bytes would exceed DeviceBudget+HostCapacity are refused with ErrHostFull.

@@ -312,8 +312,18 @@ func (t *Tier) readHost(ids []BlockID) {
 
 // devAlloc takes VRAM for a block: a spare block of its size, else from the device heap. When
 // the heap refuses, it gives the spare blocks back to the heap and retries; then it finishes
-// the evictions in flight (waiting for their copies) and evicts beyond the budget, then retries.
+// the evictions in flight (waiting for their copies) and retries; then it evicts the coldest
+// blocks, size bytes of them and twice as many each round after, waiting for their copies
+// before each retry, until the heap takes the block or nothing is left to evict
+// (ErrAllPinned). The heap can be full well within the budget: every size class takes pages of
+// its own (64 KiB, 512 KiB or a whole 2 MiB segment), small, medium and large pages do not
+// share a segment, and the tier's own heap has room for a quarter more than the budget and
+// 4 MiB (heapCapacity). Evicting a block frees no segment while other blocks share its page,
+// so a fixed number of rounds of size bytes failed with the heap's out of memory, the budget
+// half used (TestFakeFragmentedHeap4Streams); the doubling bounds the rounds by the log of
+// what there is to evict, and evicts at most about twice what the last round needed.
 func (t *Tier) devAlloc(size uintptr) (cuda.DevicePtr, error) {
+	want := size // what the next round evicts
 	for try := 0; ; try++ {
 		if p := t.takeSpare(size); p != 0 {
 			return p, nil
@@ -330,18 +340,20 @@ func (t *Tier) devAlloc(size uintptr) (cuda.DevicePtr, error) {
 				return p, nil
 			}
 		}
-		if !outOfMemory(err) || try == 3 {
+		if !outOfMemory(err) {
 			return 0, fmt.Errorf("uvm: device memory for a block of %d bytes: %w", size, err)
 		}
 		t.st.HeapPressure++
 		if try > 0 { // finishing the evictions in flight was not enough: evict more
-			if n := t.pickVictims(size); n < size {
+			if t.pickVictims(want) == 0 {
 				t.unchoose(t.scratch.victims)
-				return 0, fmt.Errorf("%w: the device heap refused %d bytes and nothing more can be evicted: %w", ErrAllPinned, size, err)
+				return 0, fmt.Errorf("%w: the device heap refused %d bytes and no block on the device can be evicted "+
+					"(%d bytes on the device, %d of them acquired): %w", ErrAllPinned, size, t.acct.device, t.acct.pinned, err)
 			}
 			if eerr := t.evict(t.scratch.victims, CauseHeapPressure); eerr != nil {
 				return 0, eerr
 			}
+			want = min(2*want, t.mem.budget)
 		}
 		if derr := t.drain(); derr != nil {
 			return 0, derr
