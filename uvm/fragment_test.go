@@ -15,7 +15,7 @@ import (
 // 256 KiB) fills with far fewer bytes than the budget when the blocks are of many size classes:
 // each class takes pages of its own (64 KiB for blocks up to 8 KiB, 512 KiB up to 64 KiB, a whole
 // segment up to 256 KiB), and small, medium and large pages do not share a segment. The layout
-// below leaves 134 KiB of the 256 on the device and every segment taken: five blocks of 8 KiB
+// below leaves 166 KiB of the 256 on the device and every segment taken: five blocks of 8 KiB
 // (one small page), four medium blocks of distinct classes (the four pages of a medium segment)
 // and one large block (a segment). A block of 9,472 bytes (a fifth medium class) then needs a
 // new segment. The tier answered the heap's refusal by evicting its own size of the coldest
