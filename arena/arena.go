@@ -191,7 +191,7 @@ func New(o Options) (*Arena, error) {
 	}
 	if f, ok := o.Provider.(fixedPlace); ok {
 		base, size := f.fixedRegion()
-		a.fixedBase, a.fixedEnd = base, base+size
+		a.fixedBase, a.fixedEnd = base, base+min(size, a.capac) // grow uses no more
 	}
 	a.clock.Timed = o.PurgeDelay >= 0 && (caps.Decommits || caps.Releases && a.lend != nil)
 	a.retries = o.PurgeDelay >= 0
@@ -439,6 +439,14 @@ func (a *Arena) grow(size, alignment uintptr) (*region, error) {
 	if err != nil {
 		a.logReserve(want, 0, err)
 		return nil, err
+	}
+	if _, fixed := a.prov.(FixedCapacity); fixed && a.lend == nil && rr.Size > avail {
+		// A provider of fixed size returns its whole region: the arena uses no more of it
+		// than its capacity, in whole granules where the region is not committed.
+		rr.Size = avail
+		if !rr.Committed {
+			rr.Size &^= a.caps.Granule - 1
+		}
 	}
 	if !rr.Committed && rr.Size&(a.caps.Granule-1) != 0 {
 		return nil, a.unreserve(rr, fmt.Errorf(

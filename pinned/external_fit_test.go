@@ -44,3 +44,50 @@ func TestExternalBackendNeverFits(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestExternalCapacityBelowRegion: Options.Capacity caps the pool's memory, an External
+// region's too: a pool of 4 MiB over a region of 256 MiB serves at most 4 MiB of it, then
+// ErrOutOfMemory, never reserving more than its capacity; and one over a region of 1 GiB
+// serves its 4 MiB. Before, the arena took the whole region, whatever its capacity: it lent
+// 256 MiB of the first, reporting 256 MiB reserved of 4 MiB, and nothing of the second, its
+// chunk table (sized by the capacity) too small for the region ("chunk table full").
+func TestExternalCapacityBelowRegion(t *testing.T) {
+	const capacity = 4 << 20
+	for _, size := range []int{256 << 20, 1 << 30} {
+		m, err := unix.Mmap(-1, 0, size, unix.PROT_READ|unix.PROT_WRITE,
+			unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_NORESERVE)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := newTestPool(t, Options{Backend: External, Capacity: capacity, PurgeDelay: -1,
+			External: &arena.ExternalRegion{Base: mem.Addr(m), Size: uintptr(size), Kind: arena.HostPageable, Committed: true}})
+		served := 0
+		var bufs [][]byte
+		for served <= size {
+			b, err := p.Alloc(1 << 20)
+			if err != nil {
+				if !errors.Is(err, ErrOutOfMemory) {
+					t.Fatalf("region of %d bytes: Alloc after %d bytes: %v: want ErrOutOfMemory", size, served, err)
+				}
+				break
+			}
+			if a := mem.Addr(b); a < mem.Addr(m) || a+uintptr(len(b)) > mem.Addr(m)+capacity {
+				t.Fatalf("region of %d bytes: buffer at %#x, beyond the first %d bytes of the region at %#x", size, a, capacity, mem.Addr(m))
+			}
+			served += len(b)
+			bufs = append(bufs, b)
+		}
+		if u := p.Usage(); served == 0 || served > capacity || u.Reserved > capacity {
+			t.Fatalf("a pool of capacity %d over a region of %d bytes served %d bytes, %d reserved", capacity, size, served, u.Reserved)
+		}
+		for _, b := range bufs {
+			if err := p.Free(b); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := p.Close(); err != nil {
+			t.Fatal(err)
+		}
+		_ = unix.Munmap(m)
+	}
+}

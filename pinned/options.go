@@ -80,7 +80,8 @@ func (b *Backend) UnmarshalText(text []byte) error {
 type Options struct {
 	// Capacity caps the pool's memory in bytes. It is reserved as address space only; memory is
 	// committed (and locked) as buffers need it. Default: the machine's physical memory. For
-	// the External backend it is the region's size.
+	// the External backend it is the region's size; a smaller Capacity uses only the region's
+	// first Capacity bytes.
 	Capacity int
 	// Backend selects the memory (default Locked).
 	Backend Backend
