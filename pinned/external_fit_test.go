@@ -91,3 +91,23 @@ func TestExternalCapacityBelowRegion(t *testing.T) {
 		_ = unix.Munmap(m)
 	}
 }
+
+// TestExternalRegionTooSmall: a pool over an External region smaller than one 2 MiB chunk is
+// refused with ErrInvalidOptions naming the region's size, not a "capacity" the caller never
+// set.
+func TestExternalRegionTooSmall(t *testing.T) {
+	m, err := unix.Mmap(-1, 0, 4096, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = unix.Munmap(m) }()
+	p, err := New(Options{Backend: External,
+		External: &arena.ExternalRegion{Base: mem.Addr(m), Size: 4096, Kind: arena.HostPageable}})
+	if err == nil {
+		_ = p.Close()
+		t.Fatal("a pool over a region of 4096 bytes was made")
+	}
+	if !errors.Is(err, ErrInvalidOptions) || !strings.Contains(err.Error(), "the External region's size 4096 bytes") {
+		t.Fatalf("a pool over a region of 4096 bytes: %v; want ErrInvalidOptions naming the region's size", err)
+	}
+}

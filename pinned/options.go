@@ -95,7 +95,8 @@ type Options struct {
 	HugePages arena.HugePages
 	// Populate commits (and locks) each region of host memory in full when it is reserved.
 	Populate bool
-	// External is the caller's region for the External backend; it must be host memory.
+	// External is the caller's region for the External backend; it must be host memory, of
+	// MinCapacity (one 2 MiB chunk) or more.
 	External *arena.ExternalRegion
 	// PurgeDelay is how long free memory stays committed (and locked) before it is given back,
 	// in case it is needed again: at least this long, and at most 1.5 times as long after

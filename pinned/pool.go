@@ -114,8 +114,12 @@ func newPool(o Options) (*Pool, error) {
 		}
 	}()
 	if capacity < MinCapacity || capacity > MaxCapacity {
-		return nil, fmt.Errorf("%w: capacity %d bytes (want %d bytes, one 2 MiB chunk, to %d, 128 TiB of address space)",
-			ErrInvalidOptions, capacity, MinCapacity, uint64(MaxCapacity))
+		what := "capacity"
+		if o.Backend == External && o.Capacity == 0 {
+			what = "the External region's size"
+		}
+		return nil, fmt.Errorf("%w: %s %d bytes (want %d bytes, one 2 MiB chunk, to %d, 128 TiB of address space)",
+			ErrInvalidOptions, what, capacity, MinCapacity, uint64(MaxCapacity))
 	}
 	if uintptr(o.Precommit) > capacity {
 		return nil, fmt.Errorf("%w: precommit %d bytes above the capacity %d", ErrInvalidOptions, o.Precommit, capacity)
