@@ -29,7 +29,8 @@ var (
 	ErrMemlock = errkind.New(pinmalloc.ErrMemlock, "ipcpool: memlock limit reached (raise ulimit -l, LimitMEMLOCK, or grant CAP_IPC_LOCK)")
 	// ErrRefused: the owner refused the attaching process (its credentials are not allowed,
 	// or no slot is free), the attaching process refused the server (its credentials are not
-	// those AttachOptions allow), or no pool is served at the path. A handshake that took too
+	// those AttachOptions allow), or no pool is served at the path; or the system refused Serve
+	// the path (its folder, its lock file, its socket: the cause says why). A handshake that took too
 	// long (the owner gave it up past its Options.Timeout, or the attaching process's own
 	// deadline passed) is no refusal: its error matches context.DeadlineExceeded instead.
 	// Kind ErrRefused.

@@ -101,7 +101,8 @@ type slotState struct {
 // Options.VMM) and serves it on a Unix socket at path. A socket file left there by an owner
 // that died is replaced; one another owner serves, or starts on, is not: Serve fails with
 // ErrServed (which matches syscall.EADDRINUSE too). The owner holds a lock file beside the
-// socket, path with ".lock" appended, while it serves.
+// socket, path with ".lock" appended, while it serves. A path the system refuses (a folder
+// that is missing or not writable, a file that is no socket there) fails with ErrRefused.
 func Serve(path string, o Options) (*Owner, error) {
 	retryStrays()
 	l, err := o.layout()
@@ -169,9 +170,7 @@ func Serve(path string, o Options) (*Owner, error) {
 // fresh makes a new pool and serves it.
 func (w *Owner) fresh() error {
 	var id [8]byte
-	if _, err := rand.Read(id[:]); err != nil {
-		return fmt.Errorf("ipcpool: pool id: %w", err)
-	}
+	rand.Read(id[:]) // (never fails: it ends the program instead, from Go 1.24)
 	l := w.hello.layout
 	w.hello = hello{pool: binary.LittleEndian.Uint64(id[:]) | 1, slot: 0, serial: 1, layout: l, ctlSize: l.ctlBytes(), vmm: w.o.VMM, epoch: 1}
 	sp, err := w.makeSpace(w.o, w.dev)
@@ -285,6 +284,10 @@ func (w *Owner) mode() os.FileMode { return w.fileMode }
 // before it replaces it.
 var listenPause func()
 
+// listened, set by tests only, runs as listen has bound the socket at path, before it opens it
+// to its mode.
+var listened func(path string)
+
 // listen listens on path with the given permissions, replacing a socket file nobody serves,
 // under the path's lock, which it returns held.
 func listen(path string, mode os.FileMode) (_ *net.UnixListener, _ *pathLock, err error) {
@@ -317,12 +320,15 @@ func listen(path string, mode os.FileMode) (_ *net.UnixListener, _ *pathLock, er
 	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
 	unix.Umask(old)
 	if err != nil {
-		return nil, nil, fmt.Errorf("ipcpool: listen: %w", err)
+		return nil, nil, fmt.Errorf("%w: %w", ErrRefused, err) // (the error names the path)
 	}
 	ln.SetUnlinkOnClose(true)
+	if listened != nil {
+		listened(path)
+	}
 	if err := os.Chmod(path, mode.Perm()); err != nil {
 		ln.Close()
-		return nil, nil, fmt.Errorf("ipcpool: chmod socket: %w", err)
+		return nil, nil, fmt.Errorf("%w: opening the socket to mode %#o: %w", ErrRefused, mode.Perm(), err)
 	}
 	return ln, lock, nil
 }

@@ -27,13 +27,13 @@ type pathLock struct {
 }
 
 // lockPath takes the lock of the socket path, or fails with ErrServed while another owner
-// holds it.
+// holds it, or ErrRefused where the system refuses the lock file.
 func lockPath(path string) (*pathLock, error) {
 	name := path + ".lock"
 	for {
 		fd, err := unix.Open(name, unix.O_RDONLY|unix.O_CREAT|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0o644)
 		if err != nil {
-			return nil, fmt.Errorf("ipcpool: the owner's lock file %s: %w", name, err)
+			return nil, fmt.Errorf("%w: the owner's lock file %s: %w", ErrRefused, name, err)
 		}
 		err = unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB)
 		if errors.Is(err, unix.EWOULDBLOCK) {
@@ -42,7 +42,7 @@ func lockPath(path string) (*pathLock, error) {
 		}
 		if err != nil {
 			unix.Close(fd)
-			return nil, fmt.Errorf("ipcpool: locking %s: %w", name, err)
+			return nil, fmt.Errorf("%w: locking %s: %w", ErrRefused, name, err)
 		}
 		var held, now unix.Stat_t
 		if unix.Fstat(fd, &held) == nil && unix.Stat(name, &now) == nil && held.Dev == now.Dev && held.Ino == now.Ino {
