@@ -165,8 +165,7 @@ func readyAnswer(conn *net.UnixConn, werr error) error {
 	case err == nil && ack.op == opReply && ack.a == stOK && werr == nil:
 		return nil
 	case err == nil && ack.op == opReply && ack.a == stRefused && ack.b == refusedLate:
-		return fmt.Errorf("ipcpool: the owner gave the process up, its handshake longer than the owner's Options.Timeout: %w",
-			context.DeadlineExceeded)
+		return errGivenUp
 	case err == nil:
 		return fmt.Errorf("%w: the owner answered ready with %d (status %d)", ErrProtocol, ack.op, ack.a)
 	case errors.Is(err, os.ErrDeadlineExceeded):
@@ -176,6 +175,12 @@ func readyAnswer(conn *net.UnixConn, werr error) error {
 	}
 	return fmt.Errorf("%w: the owner hung up at the ready: %w", ErrRefused, err)
 }
+
+// errGivenUp is the owner's answer to a process whose handshake took longer than its
+// Options.Timeout (at the ready, or before the hello while the owner made its pool): a
+// timeout, no refusal.
+var errGivenUp = fmt.Errorf("ipcpool: the owner gave the process up, its handshake longer than the owner's Options.Timeout: %w",
+	context.DeadlineExceeded)
 
 // checkServer refuses a server whose user is not one uids allows (default: this process's
 // user and root).
@@ -206,6 +211,9 @@ func recvHello(conn *net.UnixConn) (hello, []int, error) {
 		m, err := decodeMsg(b[:n])
 		if err != nil || m.op != opReply || m.a != stRefused {
 			return hello{}, nil, fmt.Errorf("%w: an answer that is no hello", ErrProtocol)
+		}
+		if m.b == refusedLate {
+			return hello{}, nil, errGivenUp
 		}
 		why := map[uint64]string{refusedUser: "this user may not attach", refusedFull: "no slot free (Options.Slots), or the pool is closing",
 			refusedKind: "not served now",

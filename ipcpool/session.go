@@ -25,7 +25,7 @@ const (
 	refusedPool  = 4 // (a rejoin) the owner does not know this process: another pool, or it left
 	refusedClaim = 5 // (a rejoin) the process claims a grant another holds (claim.go)
 	refusedPid   = 6 // the peer's pid is none the owner sees (another pid namespace)
-	refusedLate  = 7 // (the answer to a ready) the handshake took longer than Options.Timeout
+	refusedLate  = 7 // (the answer to an attach's intro or ready) the handshake took longer than Options.Timeout
 )
 
 // clientCred returns the credentials of the process at the other end of a connection the
@@ -79,9 +79,13 @@ func (w *Owner) session(c *net.UnixConn, start time.Time) {
 		w.mu.Lock()
 		delete(w.unnamed, c) // names no slot of the previous owner's
 		w.mu.Unlock()
-		serving, from := w.waitServing(start)
+		serving, late, from := w.waitServing(start)
 		if !serving {
-			_ = writeMsg(c, msg{op: opReply, a: stRefused, b: refusedKind}, w.timeout)
+			why := uint64(refusedKind) // Serve failed, or the owner closed: nothing is served
+			if late {
+				why = refusedLate // a timeout: no refusal
+			}
+			_ = writeMsg(c, msg{op: opReply, a: stRefused, b: why}, w.timeout)
 			return
 		}
 		_ = c.SetReadDeadline(from.Add(w.timeout))
@@ -140,11 +144,12 @@ func (w *Owner) moveDeadlines() {
 
 // waitServing waits, while the owner waits for the memory of the pool it adopts, until the
 // handshake's deadline at most (handshakeFrom: Options.Timeout past the wait's end for a
-// connection that came during it, however long the wait), and reports whether it serves now
-// and when the handshake of a connection that began at start has its deadline run from: its
-// start, or the owner's serving when it connected during the wait, whether or not its session
-// saw the wait (Options.Timeout).
-func (w *Owner) waitServing(start time.Time) (serving bool, from time.Time) {
+// connection that came during it, however long the wait), and reports whether it serves now,
+// whether the handshake's deadline came first (late: the owner still adopting or making its
+// pool, not closed), and when the handshake of a connection that began at start has its
+// deadline run from: its start, or the owner's serving when it connected during the wait,
+// whether or not its session saw the wait (Options.Timeout).
+func (w *Owner) waitServing(start time.Time) (serving, late bool, from time.Time) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.adopting && !w.closed {
@@ -159,7 +164,7 @@ func (w *Owner) waitServing(start time.Time) (serving bool, from time.Time) {
 			w.cond.Wait()
 		}
 	}
-	return !w.adopting && !w.closed, w.handshakeFrom(start)
+	return !w.adopting && !w.closed, w.adopting && !w.closed, w.handshakeFrom(start)
 }
 
 // rejoinSession takes back a process of the previous owner of a pool this owner adopted, by
