@@ -203,6 +203,9 @@ func checkServer(conn *net.UnixConn, uids []int) error {
 func recvHello(conn *net.UnixConn) (hello, []int, error) {
 	b := make([]byte, 8*helloWords)
 	n, fds, err := recvFds(conn, b, 1+maxRegions)
+	if errors.Is(err, os.ErrDeadlineExceeded) { // this process's deadline, or its context's end: no refusal
+		return hello{}, nil, fmt.Errorf("ipcpool: waiting for the pool's hello: %w", err)
+	}
 	if err != nil {
 		return hello{}, nil, fmt.Errorf("%w: reading the pool's hello: %w", ErrRefused, err)
 	}
