@@ -15,11 +15,14 @@ import (
 // the healthy process was orphaned.)
 func TestRequestTimedOutKeepsConnection(t *testing.T) {
 	w, path := serveTest(t, Options{})
-	p := attachTest(t, path, AttachOptions{Timeout: 50 * time.Millisecond})
+	// The grant below times out after the timeout: a second keeps the test short, and leaves
+	// the handshake, the grants and the detach time enough on a loaded machine (50 ms failed
+	// them there). Filling the socket needs no long wait: the owner reads nothing.
+	p := attachTest(t, path, AttachOptions{Timeout: time.Second})
 	cl := p.cl
 	unlock := stallOwner(t, w, p)
 	defer unlock()
-	fillSocket(t, cl, cl.timeout)
+	fillSocket(t, cl, 20*time.Millisecond)
 	if _, err := cl.grant(1); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("a grant whose message times out: %v, want a timeout", err)
 	}
