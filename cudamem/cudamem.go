@@ -106,12 +106,18 @@ func (b *cudaBase) Report() arena.ProviderStats {
 }
 
 // Close gives back the device when the provider opened it (OpenHost), and does nothing
-// otherwise. Call it once every arena over the provider is closed.
+// otherwise. Call it once every arena over the provider is closed. When the driver refuses to
+// release the device's primary context, Close returns its refusal and a later Close tries
+// again.
 func (b *cudaBase) Close() error {
 	if !b.owned.CompareAndSwap(true, false) {
 		return nil
 	}
-	return b.pub.Close()
+	if err := b.pub.Close(); err != nil {
+		b.owned.Store(true) // the retain is kept: the next Close tries again
+		return err
+	}
+	return nil
 }
 
 // call counts one driver call and, when it succeeded, adds delta to counter (nil: none).
