@@ -29,7 +29,8 @@ import (
 // With Options.Trace, Close also writes out the trace; an error
 // doing so wraps ErrTrace. When the driver refuses to give memory back (to unregister it,
 // say), Close returns its error and the memory stays the pool's, counted in Stats: a later
-// Close or Trim gives it back.
+// Close or Trim gives it back, as it destroys the events and releases the device whose
+// destroy or release the driver refused.
 func (p *Pool) Close() error {
 	if !p.closed.CompareAndSwap(false, true) {
 		if p.busy.Load() && !p.released.Load() {
@@ -255,15 +256,15 @@ func (p *Pool) releaseAll() error {
 	if p.order != nil {
 		disown(p) // before its arena goes: PoolOf looks addresses up there
 	}
-	err := p.a.Close()
-	p.refused.Store(err != nil) // the arena keeps what its provider refused, for releaseRefused
+	err := p.a.Close() // the arena keeps what its provider refused
 	if p.order != nil {
-		err = errors.Join(err, p.order.close()) // its events, before the device goes
+		err = errors.Join(err, p.order.close()) // its events, before the device goes: kept when refused
 	}
-	if p.refused.Load() {
-		return err // the device stays, for the driver calls that give the rest back
-	}
-	return errors.Join(err, closeDevice(p.a.Provider()))
+	if err == nil {
+		err = closeDevice(p.a.Provider()) // its retain kept when refused
+	} // else the device stays, for the driver calls that give the rest back
+	p.refused.Store(err != nil) // for releaseRefused
+	return err
 }
 
 // closing returns the shards in the order releaseAll closes their heaps: the big shard last.
@@ -281,8 +282,8 @@ func (p *Pool) closing() []*shard {
 	return ss
 }
 
-// releaseRefused gives back, after the release, the memory the driver refused to give back
-// then, and the device after it. It returns nil when nothing is left.
+// releaseRefused gives back, after the release, the memory and the events the driver refused
+// to give back then, and the device after them. It returns nil when nothing is left.
 func (p *Pool) releaseRefused() error {
 	p.closeMu.Lock()
 	defer p.closeMu.Unlock()
@@ -292,6 +293,14 @@ func (p *Pool) releaseRefused() error {
 	if err := p.a.Close(); err != nil && !errors.Is(err, arena.ErrClosed) {
 		return err
 	}
+	if p.order != nil {
+		if err := p.order.close(); err != nil {
+			return err
+		}
+	}
+	if err := closeDevice(p.a.Provider()); err != nil {
+		return err
+	}
 	p.refused.Store(false)
-	return closeDevice(p.a.Provider())
+	return nil
 }
