@@ -362,7 +362,31 @@ func (p *Pool) allocError(err error, n, alignment uintptr) error {
 		}
 		return errkind.Wrap(ErrTooLarge, err, heap.ErrTooLarge)
 	}
+	if errors.Is(err, arena.ErrCapacity) {
+		err = p.inPieces(err, n)
+	}
 	return wrapError(err, ErrRefused)
+}
+
+// inPieces gives err, the arena's refusal of a request of n bytes for want of capacity once
+// every shard gave back what it kept, what the caller can do about it when the live buffers
+// leave room for the request: the free capacity then lies in pieces among the chunks that live
+// buffers keep, each shard in chunks of its own, and no run of free chunks is long enough. It
+// holds every shard to count the live bytes (Usage), on the failure's path only.
+func (p *Pool) inPieces(err error, n uintptr) error {
+	if p.released.Load() {
+		return err
+	}
+	u, c := p.Usage(), uint64(p.a.Capacity())
+	if u.InUse > c || uint64(n) > c-u.InUse {
+		return err // full: what is live leaves no room
+	}
+	do := "a larger Capacity leaves room"
+	if k := len(*p.shards.Load()); k > 1 {
+		do = fmt.Sprintf("each of the pool's %d shards keeps its own: a larger Capacity, or fewer Shards, leaves room", k)
+	}
+	return fmt.Errorf("%d bytes live of a capacity of %d, the rest in pieces among the %d MiB chunks that live buffers keep (%s): %w",
+		u.InUse, c, p.a.ChunkSize()>>20, do, err)
 }
 
 // Free gives a buffer back. b must start where a slice returned by Alloc starts and have its
