@@ -27,7 +27,9 @@ import (
 // when the process exits. ctx bounds the whole of it, and so does AttachOptions.Timeout from
 // the connection on: a stopped owner makes Attach fail with an error matching
 // context.DeadlineExceeded, and so does an owner that gave the process up for taking longer
-// than the owner's Options.Timeout (a timeout, not ErrRefused). An Attach
+// than the owner's Options.Timeout (a timeout, not ErrRefused). Memory the system or the CUDA
+// driver refuses to map, lock or register fails with ErrRefused too (ErrMemlock for the memlock
+// limit), the cause (an errno, the driver's error) kept. An Attach
 // that fails after connecting tells the owner, whose slot for it is free at once. One that
 // fails after mapping the pool gives the mapping back; what the CUDA driver refuses to give
 // back (a registration, a VMM mapping or imported granules) stays with the package, its device

@@ -23,14 +23,20 @@ var (
 	// ErrPoolFull: no grant of the pool is free, no process slot, or no export entry left.
 	// Kind ErrOutOfMemory.
 	ErrPoolFull = errkind.New(pinmalloc.ErrOutOfMemory, "ipcpool: pool full")
-	// ErrInvalidOptions: options that cannot work. Kind ErrInvalid.
+	// ErrInvalidOptions: options that cannot work (the CUDAHost backend where there is no CUDA
+	// driver or no such device: the cause matches cuda.ErrNoDriver or cuda.ErrNoDevice). Kind
+	// ErrInvalid.
 	ErrInvalidOptions = errkind.New(pinmalloc.ErrInvalid, "ipcpool: invalid options")
 	// ErrMemlock: the memlock limit refused to lock the pool's memory. Kind ErrMemlock.
 	ErrMemlock = errkind.New(pinmalloc.ErrMemlock, "ipcpool: memlock limit reached (raise ulimit -l, LimitMEMLOCK, or grant CAP_IPC_LOCK)")
 	// ErrRefused: the owner refused the attaching process (its credentials are not allowed,
 	// or no slot is free), the attaching process refused the server (its credentials are not
 	// those AttachOptions allow), or no pool is served at the path; or the system refused Serve
-	// the path (its folder, its lock file, its socket: the cause says why). A handshake that took too
+	// the path (its folder, its lock file, its socket: the cause says why); or the system or the
+	// CUDA driver refused to make, map, lock or give back the pool's memory (memfd_create,
+	// ftruncate, mmap, madvise, munmap, an mlock refused for another reason than the memlock
+	// limit, cuMemHostRegister, the VMM granules' creation, export, import or mapping: the cause,
+	// an errno or the driver's error, says why). A handshake that took too
 	// long (the owner gave it up past its Options.Timeout, or the attaching process's own
 	// deadline passed) is no refusal: its error matches context.DeadlineExceeded instead.
 	// Kind ErrRefused.

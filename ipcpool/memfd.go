@@ -26,15 +26,15 @@ const mapAlign = 2 << 20
 func newMemfd(name string, size uintptr) (int, error) {
 	fd, err := unix.MemfdCreate(name, unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
 	if err != nil {
-		return -1, fmt.Errorf("ipcpool: memfd_create: %w", err)
+		return -1, fmt.Errorf("%w: memfd_create: %w", ErrRefused, err)
 	}
 	if err := unix.Ftruncate(fd, int64(size)); err != nil {
 		unix.Close(fd)
-		return -1, fmt.Errorf("ipcpool: ftruncate memfd to %d bytes: %w", size, err)
+		return -1, fmt.Errorf("%w: ftruncate memfd to %d bytes: %w", ErrRefused, size, err)
 	}
 	if _, err := unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, unix.F_SEAL_SHRINK|unix.F_SEAL_GROW|unix.F_SEAL_SEAL); err != nil {
 		unix.Close(fd)
-		return -1, fmt.Errorf("ipcpool: sealing memfd: %w", err)
+		return -1, fmt.Errorf("%w: sealing memfd: %w", ErrRefused, err)
 	}
 	return fd, nil
 }
@@ -138,7 +138,7 @@ func sameOpenFile(a, b int) (bool, error) {
 // another. (The mappings are shared, so a fork does not make them copy-on-write here.)
 func noFork(base, size uintptr) error {
 	if err := unix.Madvise(mem.Bytes(base, size), unix.MADV_DONTFORK); err != nil {
-		return fmt.Errorf("ipcpool: keeping the pool's mapping from a forked child (madvise): %w", err)
+		return fmt.Errorf("%w: keeping the pool's mapping from a forked child (madvise): %w", ErrRefused, err)
 	}
 	return nil
 }
@@ -175,7 +175,7 @@ func reserve(size, align uintptr) (uintptr, error) {
 // mapAt maps size bytes of fd shared at addr, inside a reservation.
 func mapAt(fd int, addr, size uintptr) error {
 	if _, err := unix.MmapPtr(fd, 0, mem.Ptr(addr), size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_FIXED); err != nil {
-		return fmt.Errorf("ipcpool: mapping %d bytes of a memfd: %w", size, err)
+		return fmt.Errorf("%w: mapping %d bytes of a memfd: %w", ErrRefused, size, err)
 	}
 	return nil
 }
@@ -203,7 +203,7 @@ func lock(base, size uintptr, mode lockMode) error {
 	if errors.Is(err, unix.ENOMEM) || errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EPERM) {
 		return fmt.Errorf("%w: locking %d bytes: %w", ErrMemlock, size, err)
 	}
-	return fmt.Errorf("ipcpool: locking %d bytes: %w", size, err)
+	return fmt.Errorf("%w: locking %d bytes: %w", ErrRefused, size, err)
 }
 
 // mapCtl maps the control region: its own mapping, not locked.
@@ -231,7 +231,7 @@ func mapCtl(fd int, size uintptr) (uintptr, error) {
 // unmap unmaps [base, base+size).
 func unmap(base, size uintptr) error {
 	if err := unix.MunmapPtr(mem.Ptr(base), size); err != nil {
-		return fmt.Errorf("ipcpool: munmap: %w", err)
+		return fmt.Errorf("%w: munmap: %w", ErrRefused, err)
 	}
 	return nil
 }

@@ -102,7 +102,10 @@ type slotState struct {
 // that died is replaced; one another owner serves, or starts on, is not: Serve fails with
 // ErrServed (which matches syscall.EADDRINUSE too). The owner holds a lock file beside the
 // socket, path with ".lock" appended, while it serves. A path the system refuses (a folder
-// that is missing or not writable, a file that is no socket there) fails with ErrRefused.
+// that is missing or not writable, a file that is no socket there) fails with ErrRefused, and
+// so does memory the system or the CUDA driver refuses to make, map, lock or register (a
+// memfd, its mapping, an mlock refused for another reason than the memlock limit, which is
+// ErrMemlock, a registration, VMM granules), the cause (an errno, the driver's error) kept.
 func Serve(path string, o Options) (*Owner, error) {
 	retryStrays()
 	l, err := o.layout()
@@ -474,7 +477,9 @@ func (w *Owner) attachedLocked() int {
 }
 
 // openDevice opens the CUDA device a process's pool registers with, as its Backend says
-// (Auto: CUDAHost where a driver and the device are, Locked otherwise); nil for Locked.
+// (Auto: CUDAHost where a driver and the device are, Locked otherwise); nil for Locked. CUDAHost
+// where there is no driver or no such device is ErrInvalidOptions; the driver's refusal of the
+// device otherwise, ErrRefused.
 func openDevice(po *pinned.Options) (*cuda.Device, error) {
 	if po.Backend == pinned.Locked {
 		return nil, nil
@@ -485,7 +490,11 @@ func openDevice(po *pinned.Options) (*cuda.Device, error) {
 			po.Backend = pinned.Locked
 			return nil, nil
 		}
-		return nil, fmt.Errorf("ipcpool: the %s backend: %w", pinned.CUDAHost, err)
+		sentinel := ErrRefused // the driver refused
+		if errors.Is(err, cuda.ErrNoDriver) || errors.Is(err, cuda.ErrNoDevice) {
+			sentinel = ErrInvalidOptions // the backend cannot work here
+		}
+		return nil, fmt.Errorf("%w: the %s backend: %w", sentinel, pinned.CUDAHost, err)
 	}
 	po.Backend = pinned.CUDAHost
 	return dev, nil

@@ -347,7 +347,7 @@ func (p *Process) leaveAll(detach func(kept bool) error) error {
 	var errs []error
 	if p.dev != nil {
 		if err := p.dev.Synchronize(); err != nil {
-			errs = append(errs, fmt.Errorf("ipcpool: synchronizing before leaving: %w", err))
+			errs = append(errs, fmt.Errorf("%w: synchronizing before leaving: %w", ErrRefused, err))
 		}
 	}
 	p.stopDrainer()

@@ -117,7 +117,7 @@ func (sp *space) mapAll(cfg spaceConfig) error {
 				sp.pageable = append(sp.pageable, fmt.Sprintf("registering region %d: %v", i, err))
 				continue
 			}
-			return fmt.Errorf("ipcpool: region %d: %w", i, err)
+			return fmt.Errorf("%w: registering region %d: %w", ErrRefused, i, err)
 		}
 		sp.registered[i] = true
 	}
@@ -165,14 +165,14 @@ func (sp *space) close(junk bool) error {
 			continue
 		}
 		if err := cudamem.UnregisterShared(sp.dev, sp.regionAddr(i)); err != nil {
-			errs = append(errs, fmt.Errorf("ipcpool: region %d stays registered and mapped until the next Close: %w", i, err))
+			errs = append(errs, fmt.Errorf("%w: region %d stays registered and mapped until the next Close: %w", ErrRefused, i, err))
 			continue
 		}
 		sp.registered[i] = false
 	}
 	if sp.vmm != nil {
 		if err := sp.vmm.Close(); err != nil {
-			errs = append(errs, fmt.Errorf("ipcpool: the pool's memory stays mapped until the next Close: %w", err))
+			errs = append(errs, fmt.Errorf("%w: the pool's memory stays mapped until the next Close: %w", ErrRefused, err))
 		} else {
 			sp.vmm = nil
 		}
@@ -180,7 +180,7 @@ func (sp *space) close(junk bool) error {
 	var kept []*cudamem.HostExport
 	for _, e := range sp.unreleased {
 		if err := e.Release(); err != nil {
-			errs = append(errs, fmt.Errorf("ipcpool: host granules of the pool stay until the next Close: %w", err))
+			errs = append(errs, fmt.Errorf("%w: host granules of the pool stay until the next Close: %w", ErrRefused, err))
 			kept = append(kept, e)
 		}
 	}
@@ -231,7 +231,7 @@ func (sp *space) keepRegions() error {
 		if r {
 			err := protect(mem.Bytes(sp.regionAddr(i), sp.regionSize), unix.PROT_NONE)
 			if err != nil {
-				errs = append(errs, fmt.Errorf("ipcpool: mprotect: %w", err))
+				errs = append(errs, fmt.Errorf("%w: mprotect: %w", ErrRefused, err))
 			}
 			continue
 		}
@@ -256,7 +256,7 @@ func (sp *space) fill(addr, n uintptr, reserve bool) error {
 	}
 	if _, err := unix.MmapPtr(-1, 0, mem.Ptr(addr), n, prot,
 		unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_FIXED|unix.MAP_NORESERVE); err != nil {
-		return fmt.Errorf("ipcpool: mapping junk over the pool: %w", err)
+		return fmt.Errorf("%w: mapping junk over the pool: %w", ErrRefused, err)
 	}
 	return noFork(addr, n)
 }

@@ -28,7 +28,7 @@ func (sp *space) mapVMM(cfg spaceConfig) error {
 		for i := range sp.regions {
 			e, err := cudamem.ImportHostExport(cfg.dev, sp.fds[1+i], sp.regionSize)
 			if err != nil {
-				return fmt.Errorf("ipcpool: region %d: %w", i, err)
+				return fmt.Errorf("%w: importing region %d: %w", ErrRefused, i, err)
 			}
 			sp.unreleased = append(sp.unreleased, e)
 		}
@@ -38,7 +38,7 @@ func (sp *space) mapVMM(cfg spaceConfig) error {
 	m, err := cudamem.MapHostExports(cfg.dev, exports)
 	if err != nil {
 		sp.vmm = m // nil, or what the driver refused to give back: close tries again
-		return err
+		return fmt.Errorf("%w: mapping the pool's regions: %w", ErrRefused, err)
 	}
 	sp.vmm, sp.base = m, m.Base()
 	// Kept from a forked child (noFork) where the kernel lets it: older kernels refuse
@@ -57,12 +57,12 @@ func newVMMRegions(dev *cuda.Device, l layout) (fds []int, exports []*cudamem.Ho
 	for range l.regions {
 		e, err := cudamem.NewHostExport(dev, l.regionSize)
 		if err != nil {
-			return fds, exports, fmt.Errorf("ipcpool: %w", err)
+			return fds, exports, fmt.Errorf("%w: making region %d: %w", ErrRefused, len(exports), err)
 		}
 		exports = append(exports, e)
 		fd, err := e.FD()
 		if err != nil {
-			return fds, exports, fmt.Errorf("ipcpool: %w", err)
+			return fds, exports, fmt.Errorf("%w: exporting region %d: %w", ErrRefused, len(fds), err)
 		}
 		fds = append(fds, fd)
 	}
