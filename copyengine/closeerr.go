@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/pinmalloc/pinmalloc"
+	"github.com/pinmalloc/pinmalloc/internal/errkind"
 	"github.com/pinmalloc/pinmalloc/internal/units"
 )
 
@@ -23,7 +24,7 @@ func (b *Batcher) closeError(errs []error) error {
 		case err == nil:
 		case onlyFault(err):
 			if fault == nil {
-				fault = err
+				fault = errkind.Once(err) // the frees of several staging buffers, say: one fault
 			}
 		default:
 			rest = append(rest, err)

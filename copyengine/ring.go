@@ -22,6 +22,7 @@ import (
 
 	"github.com/pinmalloc/pinmalloc"
 	icuda "github.com/pinmalloc/pinmalloc/internal/cuda"
+	"github.com/pinmalloc/pinmalloc/internal/errkind"
 	"github.com/pinmalloc/pinmalloc/internal/streamq"
 )
 
@@ -137,7 +138,7 @@ func (b *Batcher) freeStage(st *stage) error {
 			st.host = 0
 		}
 	}
-	return errors.Join(errs...)
+	return errkind.Once(errs...) // a fault refuses both alike: said once
 }
 
 // lose takes st out of the ring for good: a launch queued with it on stream on may still read
