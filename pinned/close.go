@@ -8,6 +8,7 @@ import (
 
 	"github.com/pinmalloc/pinmalloc/arena"
 	"github.com/pinmalloc/pinmalloc/heap"
+	"github.com/pinmalloc/pinmalloc/internal/errkind"
 	"github.com/pinmalloc/pinmalloc/internal/units"
 )
 
@@ -258,7 +259,9 @@ func (p *Pool) releaseAll() error {
 	}
 	err := p.a.Close() // the arena keeps what its provider refused
 	if p.order != nil {
-		err = errors.Join(err, p.order.close()) // its events, before the device goes: kept when refused
+		// Its events, before the device goes: kept when refused. A device fault refuses
+		// the memory and the events alike: said once.
+		err = errkind.Once(err, p.order.close())
 	}
 	if err == nil {
 		err = closeDevice(p.a.Provider()) // its retain kept when refused
