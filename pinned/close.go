@@ -19,8 +19,9 @@ import (
 // Close stops allocation. When buffers are live it returns an error wrapping ErrLiveBlocks
 // with their count and bytes, at once, and keeps the memory until the last of them is freed
 // (so nothing in use is unmapped under a caller); another Close then returns ErrClosed. Else it
-// waits, 5 s at most, for the buffers freed with FreeAsync (or freed while a
-// stream used them) until their streams have passed their frees, and then releases all
+// waits, 5 s at most (not at all after a device fault, whose error answers every wait), for
+// the buffers freed with FreeAsync (or freed while a stream used them) until their streams
+// have passed their frees, and then releases all
 // memory and returns nil. If some still wait then, it returns an error wrapping ErrBusy with
 // their count and bytes and keeps all the memory mapped: a later Close waits for them again,
 // and a later Free, FreeAsync, ForgetStream or Trim releases the memory once they have passed

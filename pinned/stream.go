@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/pinmalloc/pinmalloc"
 	"github.com/pinmalloc/pinmalloc/arena"
 	"github.com/pinmalloc/pinmalloc/cuda"
 	"github.com/pinmalloc/pinmalloc/heap"
@@ -417,10 +418,15 @@ func (p *Pool) drain() error {
 		if o.weight() == 0 {
 			return err
 		}
-		if time.Now().After(deadline) {
+		// After a device fault no wait can tell that a stream passed them: none is made.
+		if fault := errors.Is(err, pinmalloc.ErrDeviceFault); fault || time.Now().After(deadline) {
 			n, bytes := p.deferred()
-			return errors.Join(fmt.Errorf("%w: %s (%d bytes) still wait for their streams after %v; the pool's memory stays mapped, and a later Close, Free or Trim releases it once the streams have passed them",
-				ErrBusy, units.Count(uint64(n), "buffer"), bytes, closeWait), err)
+			after := fmt.Sprintf("after %v", closeWait)
+			if fault {
+				after = "past the error below, which every wait meets now"
+			}
+			return errors.Join(fmt.Errorf("%w: %s (%d bytes) still wait for their streams %s; the pool's memory stays mapped, and a later Close, Free or Trim releases it once the streams have passed them",
+				ErrBusy, units.Count(uint64(n), "buffer"), bytes, after), err)
 		}
 		time.Sleep(wait)
 	}

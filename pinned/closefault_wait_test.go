@@ -1,0 +1,46 @@
+package pinned_test
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	pubcuda "github.com/pinmalloc/pinmalloc/cuda"
+	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
+	"github.com/pinmalloc/pinmalloc/pinned"
+)
+
+// TestFakeCloseAfterFaultDoesNotWait: a Close after a device fault, with a buffer freed on a
+// stream still waiting for it, returns at once: the sticky error answers every wait, so none
+// can tell that the stream passed the buffer. It says so (ErrBusy, ErrDeviceFault) and keeps
+// the memory, which a Close once the error is cleared gives back. Before, it polled the stream
+// for its whole wait (5 s) first.
+func TestFakeCloseAfterFaultDoesNotWait(t *testing.T) {
+	f, dev := fakecuda.RunDevice(t)
+	if f == nil {
+		return
+	}
+	p := newPool(t, pinned.Options{Backend: pinned.CUDAHost, Capacity: 64 << 20})
+	s, err := dev.StreamCreate(true)
+	ok(t, "StreamCreate", err)
+	t.Cleanup(func() { ok(t, "StreamDestroy", dev.StreamDestroy(s)) })
+	b, err := p.Alloc(4096)
+	ok(t, "Alloc", err)
+	ok(t, "FreeAsync", p.FreeAsync(b, pubcuda.Stream(s)))
+	f.Fault(t, dev)
+	wait := pinned.SetCloseWait(2 * time.Second)
+	defer pinned.SetCloseWait(wait)
+	start := time.Now()
+	err = p.Close()
+	if took := time.Since(start); took >= time.Second {
+		t.Errorf("Close after a fault took %v; want it at once, no wait can succeed", took)
+	}
+	if !errors.Is(err, pinned.ErrBusy) || !errors.Is(err, pinned.ErrDeviceFault) {
+		t.Errorf("Close after a fault: %v; want ErrBusy and ErrDeviceFault", err)
+	}
+	f.ClearStickyError()
+	ok(t, "Close once the driver works again", p.Close())
+	if live := f.LiveObjects(); live["events"] != 0 || live["reservations"] != 0 || live["handles"] != 0 {
+		t.Errorf("after the second Close the fake holds %v", live)
+	}
+}
