@@ -44,3 +44,35 @@ func TestFakeCloseAfterFaultDoesNotWait(t *testing.T) {
 		t.Errorf("after the second Close the fake holds %v", live)
 	}
 }
+
+// TestFakeFreeAfterCloseAndFaultDoesNotWait: the Free of the last live buffer of a closed pool,
+// a buffer a stream uses (RecordStream), after a device fault, returns at once: it finishes the
+// close, whose wait for that stream the sticky error answers. Before, it polled the stream for
+// the close's whole wait (5 s).
+func TestFakeFreeAfterCloseAndFaultDoesNotWait(t *testing.T) {
+	f, dev := fakecuda.RunDevice(t)
+	if f == nil {
+		return
+	}
+	p := newPool(t, pinned.Options{Backend: pinned.CUDAHost, Capacity: 64 << 20})
+	s, err := dev.StreamCreate(true)
+	ok(t, "StreamCreate", err)
+	t.Cleanup(func() { ok(t, "StreamDestroy", dev.StreamDestroy(s)) })
+	b, err := p.Alloc(4096)
+	ok(t, "Alloc", err)
+	ok(t, "RecordStream", p.RecordStream(b, pubcuda.Stream(s)))
+	if err := p.Close(); !errors.Is(err, pinned.ErrLiveBlocks) {
+		t.Fatalf("Close with a buffer live: %v; want ErrLiveBlocks", err)
+	}
+	f.Fault(t, dev)
+	wait := pinned.SetCloseWait(2 * time.Second)
+	defer pinned.SetCloseWait(wait)
+	start := time.Now()
+	err = p.Free(b)
+	if took := time.Since(start); took >= time.Second {
+		t.Errorf("the last Free of a closed pool after a fault took %v; want it at once, no wait can succeed", took)
+	}
+	ok(t, "Free", err)
+	f.ClearStickyError()
+	ok(t, "Close once the driver works again", p.Close())
+}

@@ -434,12 +434,14 @@ func (p *Pool) drain() error {
 
 // settle waits, closeWait at most, until the buffer at addr is no longer deferred: its own
 // streams have passed it. Only a closed pool waits so (see finishClose). A buffer whose free
-// waits for its holds is not waited for: the last Release makes the free, and settles it then.
+// waits for its holds is not waited for: the last Release makes the free, and settles it then;
+// nor after a device fault, whose error answers every wait.
 func (p *Pool) settle(addr uintptr) {
 	deadline := time.Now().Add(closeWait)
 	for wait := 20 * time.Microsecond; !p.released.Load() && p.g.Held(addr) && !p.out.freedHeld(addr); wait = min(2*wait, 5*time.Millisecond) {
 		// A refusal leaves the buffer deferred, the pool busy: the next Close or Trim says it.
-		if _ = p.reclaim(true); !p.g.Held(addr) || time.Now().After(deadline) {
+		err := p.reclaim(true)
+		if errors.Is(err, pinmalloc.ErrDeviceFault) || !p.g.Held(addr) || time.Now().After(deadline) {
 			return
 		}
 		time.Sleep(wait)
