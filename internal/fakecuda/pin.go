@@ -11,8 +11,8 @@ import (
 // The fake's pinning section (the end of fakedriver.c.in, fake_pin_ctl): a cost model for the
 // calls that pin host memory, fault injection for the VMM and registration calls, for
 // cuEventRecord, for the stream waits (cuStreamWaitEvent, cuStreamSynchronize), for
-// cuStreamCreate and the memsets, and for the calls that give back (free, unmap, release,
-// unregister, destroy, unload), and what the host says about NUMA. The fake runs every call
+// cuStreamCreate, cuEventCreate and the memsets, and for the calls that give back (free,
+// unmap, release, unregister, destroy, unload), and what the host says about NUMA. The fake runs every call
 // under one mutex; its pinning calls do their expensive part (and the modelled cost) outside
 // it, so that calls on several threads overlap.
 // What figures taken with the cost model can and cannot show is said at SetPinCost.
@@ -74,6 +74,8 @@ const (
 	// CallPrimaryRelease is cuDevicePrimaryCtxRelease (the retain stays held and the context
 	// alive, as for every refusal here; UNMEASURED what a GPU's driver leaves).
 	CallPrimaryRelease
+	// CallEventCreate is cuEventCreate (no event is made: the count of live events unchanged).
+	CallEventCreate
 )
 
 // More result codes for FailAfter.
@@ -113,7 +115,8 @@ func (d *Driver) SetPinCost(populate bool, pin, unpin time.Duration) {
 // error refuses it too, with no injection): what it names stays alive, and the same call
 // again succeeds. A wait made to fail changes nothing either: cuStreamWaitEvent queues no wait,
 // cuStreamSynchronize runs nothing, so the stream's work may still be queued after it. Nor does
-// a refused create or memset: cuStreamCreate makes no stream, cuMemsetD8(Async) queues nothing.
+// a refused create or memset: cuStreamCreate makes no stream, cuEventCreate no event,
+// cuMemsetD8(Async) queues nothing.
 // A refused cuDevicePrimaryCtxRelease leaves the retain held and the context alive.
 func (d *Driver) FailAfter(call PinCall, skip, code int) {
 	if skip < 0 || skip > 1<<40 || code <= 0 || code > 0xffff {
