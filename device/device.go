@@ -150,6 +150,8 @@
 // passes its own streams with one conversion, cuda.Stream(raw).
 // 0 is the legacy default stream. A stream is checked with cuStreamQuery the first time the
 // heap sees it; a handle the driver rejects is refused with an error wrapping ErrInvalidStream.
+// An event the driver cannot make for that check is not the stream's fault: the call fails
+// with ErrOutOfMemory where memory ran out, else pinmalloc.ErrRefused, having done nothing.
 // Before destroying a stream the heap has seen, call ForgetStream.
 //
 // # Concurrency
@@ -481,11 +483,16 @@ func (h *Heap) ready(s cuda.Stream) error {
 // checkStream returns the list of stream s (streamq's Lists.Check: a stream seen before, or one
 // the driver accepts as a stream of the heap's device; the per-thread default stream is
 // refused, since neither a same-stream reuse nor a point a later poll records on it would
-// order anything). h.mu is held.
+// order anything). An event the driver could not make to ask s with is its refusal
+// (pinmalloc.ErrRefused; ErrOutOfMemory when memory ran out), not an invalid stream. h.mu is
+// held.
 func (h *Heap) checkStream(s cuda.Stream) (*deferredList, error) {
 	l, err := h.lists.Check(uintptr(s))
 	if errors.Is(err, cuda.ErrDeviceFault) { // the driver refuses every stream, not this one
 		return nil, fmt.Errorf("%w: %w", ErrDeviceFault, err)
+	}
+	if errors.Is(err, streamq.ErrNoEvent) { // not asked: ErrOutOfMemory, or pinmalloc.ErrRefused
+		return nil, fmt.Errorf("device: %w", err)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidStream, err)

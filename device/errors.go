@@ -35,7 +35,10 @@ var (
 	ErrNoDevice = cuda.ErrNoDevice
 	// ErrOutOfMemory is pinmalloc.ErrOutOfMemory: the heap's capacity is used up (the error
 	// wraps heap.ErrOutOfMemory), or the device is out of memory (CUDA_ERROR_OUT_OF_MEMORY: the
-	// error says how much was asked, how much is free, and how much pinmalloc has committed).
+	// error says how much was asked, how much is free, and how much pinmalloc has committed),
+	// or the driver had no memory for an event to check a stream new to the heap with (a call
+	// on that stream: nothing done; the error says "no event to ask stream ... with"; the
+	// driver's other refusals of that event match pinmalloc.ErrRefused).
 	ErrOutOfMemory = pinmalloc.ErrOutOfMemory
 )
 

@@ -9,6 +9,7 @@ import (
 	"github.com/pinmalloc/pinmalloc/cuda"
 	"github.com/pinmalloc/pinmalloc/heap"
 	"github.com/pinmalloc/pinmalloc/internal/errkind"
+	"github.com/pinmalloc/pinmalloc/internal/streamq"
 )
 
 // Sentinel errors. Every error of this package wraps one of them, so callers test with
@@ -27,7 +28,8 @@ var (
 	ErrInvalidAlign = errkind.New(pinmalloc.ErrInvalidAlign, "pinned: invalid alignment")
 	// ErrOutOfMemory means the pool is full: every byte of its capacity is in use or
 	// fragmented, or the system or the driver had no memory to give (its out of memory, the
-	// system's ENOMEM).
+	// system's ENOMEM), for the pool's memory or for an event to check a stream new to the pool
+	// with (FreeAsync, RecordStream: nothing was done).
 	ErrOutOfMemory = errkind.New(pinmalloc.ErrOutOfMemory, "pinned: out of memory")
 	// ErrDoubleFree means the buffer is not live: freed already, or never allocated here.
 	ErrDoubleFree = errkind.New(pinmalloc.ErrDoubleFree, "pinned: double free")
@@ -60,7 +62,8 @@ var (
 	// ErrRefused means the pool's memory source refused memory for a reason other than a want
 	// of it (the driver refused a commit with another code, the process serving a shared pool
 	// broke its protocol or did not answer): the error wraps the source's own, and nothing was
-	// allocated.
+	// allocated. It also means the driver made no event to check a stream new to the pool with
+	// (FreeAsync, RecordStream) for such a reason: the stream was not asked, nothing was done.
 	ErrRefused = errkind.New(pinmalloc.ErrRefused, "pinned: the memory source refused")
 	// ErrInvalidStream means a CUDA stream the driver refuses (destroyed, or of another
 	// context), or the per-thread default stream, which a pool cannot order reuse after.
@@ -125,7 +128,9 @@ func wrapError(err, fallback error) error {
 // streamSentinel returns the sentinel of this package for err, the driver's refusal of a wait
 // for streams or of a question about one: ErrDeviceFault after a fault of the device, none
 // (nil) where a CUDA graph capture put the wait off, whose error matches cuda.ErrCapturing
-// alone (the streams are valid; the wait is for after the capture), ErrInvalidStream otherwise.
+// alone (the streams are valid; the wait is for after the capture), ErrRefused where the
+// driver made no event to ask a stream with (streamq.ErrNoEvent: the stream was not asked;
+// streamError's wrapError makes one out of memory ErrOutOfMemory), ErrInvalidStream otherwise.
 // A capture's refusal joined to refusals of destroyed streams is a capture's too: the pool
 // answers those itself with a synchronize of the context, which only the capture puts off.
 func streamSentinel(err error) error {
@@ -134,6 +139,8 @@ func streamSentinel(err error) error {
 		return ErrDeviceFault
 	case errors.Is(err, pinmalloc.ErrCapturing):
 		return nil
+	case errors.Is(err, streamq.ErrNoEvent):
+		return ErrRefused
 	}
 	return ErrInvalidStream
 }

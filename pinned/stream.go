@@ -268,7 +268,10 @@ func (o *streamOrder) shard(base uintptr) *useShard {
 // pool's device (Options.Device; the legacy default stream, 0, is taken as that device's: work
 // queued on another device's, which the pool cannot tell apart, is not waited for),
 // forgotten (ForgetStream) before it is destroyed; one the driver refuses, and the per-thread
-// default stream, give an error wrapping ErrInvalidStream. A pool whose memory the driver does
+// default stream, give an error wrapping ErrInvalidStream. An event the driver cannot make to
+// check a stream new to the pool with is not the stream's fault: ErrOutOfMemory where memory
+// ran out, else ErrRefused, s not asked, b still the caller's (try again, or Free it). A pool
+// whose memory the driver does
 // not copy asynchronously (Locked, Pageable, an External region that is not HostPinned, or
 // HostPinned with no driver) frees b at once: the driver copies such memory as pageable
 // memory, before the copy call returns.

@@ -41,8 +41,10 @@ const maxSeen = 4096
 // Check returns the list of stream s: the one found last, one the lists have, or a new one for
 // a stream the driver accepts now, asked by recording a point of the lists' device in it
 // (Points.Check). The per-thread default stream is refused (ErrPerThreadStream), and so is a
-// handle the driver refuses (a destroyed stream, another device's): the error says which. The
-// legacy default stream (0, CU_STREAM_LEGACY) is every context's, so it is not asked about: a
+// handle the driver refuses (a destroyed stream, another device's): the error says which. An
+// event the driver cannot make to ask with is no refusal of s: Points.Check's error, matching
+// ErrNoEvent, s neither refused nor accepted (the next Check asks again). The legacy default
+// stream (0, CU_STREAM_LEGACY) is every context's, so it is not asked about: a
 // point there would wait for every blocking stream's work, and stay in flight where a caller
 // then asks whether the stream has work (a heap's Close). Safe for concurrent use; a list
 // found may leave the lists meanwhile (Push follows it).
@@ -59,7 +61,9 @@ func (ls *Lists[T]) checkSlow(s Stream) (*List[T], error) {
 	}
 	if ls.Lookup(s) == nil && !DefaultStream(s) { // the legacy stream, every context's, is not asked about
 		ls.checks.Add(1)
-		if err := ls.points.Check(s); err != nil {
+		if err := ls.points.Check(s); errors.Is(err, ErrNoEvent) {
+			return nil, err // the driver's want, not the stream's: it was not asked
+		} else if err != nil {
 			return nil, fmt.Errorf("stream %#x, refused as a stream of CUDA device %d: %w", s, ls.points.Ordinal(), err)
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/pinmalloc/pinmalloc"
 	pubcuda "github.com/pinmalloc/pinmalloc/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/cuda"
+	"github.com/pinmalloc/pinmalloc/internal/errkind"
 )
 
 // Points in streams: the driver half of stream-ordered reuse, which every allocator of the
@@ -22,6 +23,12 @@ import (
 //
 // Points records events of one device (its context), from a pool: a stream of another device,
 // or a handle the driver does not know, is refused at the first record.
+
+// ErrNoEvent is Check's error when the driver could not make an event to record in the
+// stream (cuEventCreate refused): the stream was not asked, and is not the cause. It is a
+// refusal of the driver (pinmalloc.ErrRefused); the driver's own error, kept, matches
+// pinmalloc.ErrOutOfMemory when memory ran out.
+var ErrNoEvent = errkind.New(pinmalloc.ErrRefused, "no event")
 
 // Event is a point recorded in a stream; 0 is none.
 type Event = cuda.Event
@@ -95,14 +102,20 @@ func (p *Points) Ordinal() int { return p.dev.Ordinal() }
 // capture and stand for no point of s, while the event went on to serve as a point of other
 // streams): it is asked its context instead (cuStreamGetCtx, which a capture
 // allows), and one of another context (another device's stream) is refused, as the point
-// would have been. A driver without that call accepts it.
+// would have been. A driver without that call accepts it. An event the driver cannot make
+// (cuEventCreate refused, out of memory or not) leaves s unasked: an error matching
+// ErrNoEvent, and the driver's.
 func (p *Points) Check(s Stream) error {
 	cuda.HoldCaptureBegins()
 	defer cuda.ReleaseCaptureBegins()
 	if p.Capturing(s) {
 		return p.sameContext(s)
 	}
-	ev, held, err := p.mark(s)
+	ev, err := p.events.Get()
+	if err != nil {
+		return fmt.Errorf("%w to ask stream %#x with: %w", ErrNoEvent, s, err)
+	}
+	ev, held, err := p.record(ev, s)
 	if held { // a capture begun meanwhile, by code that does not wait for the gate
 		err = p.sameContext(s)
 	} else if err == nil {
@@ -150,10 +163,16 @@ func (p *Points) mark(s Stream) (ev Event, held bool, err error) {
 	if ev, err = p.events.Get(); err != nil {
 		return 0, false, err
 	}
+	return p.record(ev, s)
+}
+
+// record is mark with ev, an event of the pool, taken: it goes back to the pool unless it is
+// returned.
+func (p *Points) record(ev Event, s Stream) (Event, bool, error) {
 	st, err := p.dev.EventRecordOutsideCapture(ev, s)
 	if err != nil || st != cuda.CaptureNone {
 		p.events.Put(ev)
-		held = st != cuda.CaptureNone || errors.Is(err, pinmalloc.ErrCapturing)
+		held := st != cuda.CaptureNone || errors.Is(err, pinmalloc.ErrCapturing)
 		if held {
 			err = nil
 		}
