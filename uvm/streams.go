@@ -118,7 +118,9 @@ const maxKnownStreams = 1024
 
 // checkStream accepts a stream the tier knows, or one streamq accepts and remembers (see the
 // file comment). A stream refused while the context has failed is refused with ErrDeviceFault,
-// not ErrInvalidStream: the driver then refuses every stream. t.mu is held.
+// not ErrInvalidStream: the driver then refuses every stream. An event the driver could not
+// make to ask s with is the driver's refusal (pinmalloc.ErrRefused, and ErrOutOfMemory when
+// memory ran out), not s's. t.mu is held.
 func (t *Tier) checkStream(s cuda.Stream) error {
 	if t.streams.Streams() >= maxKnownStreams {
 		t.streams.Prune()
@@ -126,6 +128,9 @@ func (t *Tier) checkStream(s cuda.Stream) error {
 	if _, err := t.streams.Check(uintptr(s)); err != nil {
 		if ferr := t.contextFault(); ferr != nil {
 			return fmt.Errorf("%w: stream %#x could not be checked: %w%s", ErrDeviceFault, s, ferr, besides(err, ferr))
+		}
+		if errors.Is(err, streamq.ErrNoEvent) { // not asked: the driver's want or refusal
+			return fmt.Errorf("uvm: %w", err)
 		}
 		return fmt.Errorf("%w: %w", ErrInvalidStream, err)
 	}
