@@ -148,8 +148,8 @@
 // Streams and device pointers cross the API as raw handles (cuda.Stream and cuda.DevicePtr are
 // types of their own over uintptr), so a program using gorgonia.org/cu, cgo or another binding
 // passes its own streams with one conversion, cuda.Stream(raw).
-// 0 is the legacy default stream. A stream is checked with cuStreamQuery the first time the
-// heap sees it; a handle the driver rejects is refused with an error wrapping ErrInvalidStream.
+// 0 is the legacy default stream. A stream is checked by recording an event in it the first
+// time the heap sees it; a handle the driver rejects is refused with an error wrapping ErrInvalidStream.
 // An event the driver cannot make for that check is not the stream's fault: the call fails
 // with ErrOutOfMemory where memory ran out, else pinmalloc.ErrRefused, having done nothing.
 // Before destroying a stream the heap has seen, call ForgetStream.
