@@ -43,3 +43,40 @@ func TestFuncCounterDecreases(t *testing.T) {
 		t.Errorf("added again: allocs %v, want 3", n)
 	}
 }
+
+// TestFuncCounterConcurrentScrapes: two scrapes at once (two Prometheus servers, or a Gather
+// beside another) may apply their reads of a function given to AddFunc in the other order than
+// they read them. The older read, lower, was taken for a drop of the counter and carried on
+// for good: a function whose counter only grows was then exported above its figure ever after.
+func TestFuncCounterConcurrentScrapes(t *testing.T) {
+	c := New()
+	reads := 0
+	firstRead, resume := make(chan struct{}), make(chan struct{})
+	err := c.AddFunc("f", Host, func() Figures {
+		reads++
+		if reads == 1 { // the first scrape's read, applied after the second scrape's
+			close(firstRead)
+			<-resume
+			return Figures{Allocs: 100}
+		}
+		return Figures{Allocs: 110}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	allocs := func() float64 { return testutil.ToFloat64(only(c, "pinmalloc_host_allocs_total")) }
+	first := make(chan float64)
+	go func() { first <- allocs() }()
+	<-firstRead
+	second := allocs()
+	close(resume)
+	if v := <-first; v < 100 || v > 110 {
+		t.Errorf("the first scrape, its read overtaken: allocs %v; want 100 to 110", v)
+	}
+	if second != 110 {
+		t.Errorf("the second scrape: allocs %v; want 110", second)
+	}
+	if v := allocs(); v != 110 {
+		t.Errorf("a scrape after both: allocs %v, the function's figure 110 all along", v)
+	}
+}

@@ -269,6 +269,10 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			}
 			continue
 		}
+		var read uint64
+		if s.carry != nil {
+			read = s.carry.begin()
+		}
 		f, info, ok := s.heap()
 		if !ok {
 			c.forget(s)
@@ -291,7 +295,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			}
 			v := m.value(f)
 			if m.kind == prometheus.CounterValue && s.carry != nil {
-				v = s.carry.counter(i, v)
+				v = s.carry.counter(read, i, v)
 			}
 			ch <- constMetric(m.desc, m.kind, v, s.name)
 		}
