@@ -32,45 +32,17 @@ func TestFakeClosedHeldLastFree(t *testing.T) {
 		{"Trace", pinned.Options{Trace: &bytes.Buffer{}}},
 		{"Quota", pinned.Options{Quota: 1 << 20}},
 	} {
-		o := c.o
-		o.Backend, o.Capacity = pinned.CUDAHost, 64<<20
-		p, err := pinned.New(o)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, err := p.Alloc(4096)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := p.Close(); !errors.Is(err, pinned.ErrLiveBlocks) {
-			t.Fatalf("%s: Close with a buffer live: %v", c.name, err)
-		}
+		p, b := closedWithOneLive(t, c.name, c.o)
 		h, err := p.Hold(b)
 		if err != nil {
 			t.Fatalf("%s: Hold: %v", c.name, err)
 		}
 		freed := make(chan error, 1)
 		go func() { freed <- p.Free(b) }()
-		select {
-		case err := <-freed:
-			if err != nil {
-				t.Errorf("%s: Free of the held buffer: %v", c.name, err)
-			}
-		case <-time.After(5 * time.Second):
-			t.Errorf("%s: Free of the held last buffer of a closed pool still waits after 5 s", c.name)
-			_ = h.Release() // ends the wait
-			<-freed
+		if !freedAtOnce(t, c.name+": Free of the held last buffer of a closed pool", freed, h) {
 			continue
 		}
-		if st := p.Stats(); st.Reserved == 0 {
-			t.Errorf("%s: the memory went before the last Release", c.name)
-		}
-		if err := h.Release(); err != nil {
-			t.Errorf("%s: Release: %v", c.name, err)
-		}
-		if st := p.Stats(); st.Reserved != 0 || st.Live != 0 {
-			t.Errorf("%s: after the last Release the pool holds %d buffers, %d bytes reserved", c.name, st.Live, st.Reserved)
-		}
+		releaseFrees(t, c.name, p, h)
 		if err := p.Close(); !errors.Is(err, pinned.ErrClosed) {
 			t.Errorf("%s: Close after the release: %v", c.name, err)
 		}
@@ -96,19 +68,7 @@ func TestFakeClosedHeldBetweenFreeLooks(t *testing.T) {
 		{"ZeroOnFree", pinned.Options{ZeroOnFree: true}},
 		{"RecordSites", pinned.Options{RecordSites: true}},
 	} {
-		o := c.o
-		o.Backend, o.Capacity = pinned.CUDAHost, 64<<20
-		p, err := pinned.New(o)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, err := p.Alloc(4096)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := p.Close(); !errors.Is(err, pinned.ErrLiveBlocks) {
-			t.Fatalf("%s: Close with a buffer live: %v", c.name, err)
-		}
+		p, b := closedWithOneLive(t, c.name, c.o)
 		held := make(chan struct{})
 		var h pinned.Hold
 		var herr error
@@ -120,27 +80,62 @@ func TestFakeClosedHeldBetweenFreeLooks(t *testing.T) {
 			restore()
 			t.Fatalf("%s: Hold between the Free's looks: %v", c.name, herr)
 		}
-		select {
-		case err := <-freed:
-			if err != nil {
-				t.Errorf("%s: Free of the buffer held meanwhile: %v", c.name, err)
-			}
-		case <-time.After(5 * time.Second):
-			t.Errorf("%s: Free of the last buffer of a closed pool, held meanwhile, still waits after 5 s", c.name)
-			_ = h.Release() // ends the wait
-			<-freed
-			restore()
-			continue
-		}
+		ok := freedAtOnce(t, c.name+": Free of the last buffer of a closed pool, held meanwhile,", freed, h)
 		restore()
-		if st := p.Stats(); st.Reserved == 0 {
-			t.Errorf("%s: the memory went before the last Release", c.name)
+		if ok {
+			releaseFrees(t, c.name, p, h)
 		}
-		if err := h.Release(); err != nil {
-			t.Errorf("%s: Release: %v", c.name, err)
+	}
+}
+
+// closedWithOneLive returns a CUDAHost pool of options o, closed with buffer b live
+// (ErrLiveBlocks).
+func closedWithOneLive(t *testing.T, name string, o pinned.Options) (*pinned.Pool, []byte) {
+	t.Helper()
+	o.Backend, o.Capacity = pinned.CUDAHost, 64<<20
+	p, err := pinned.New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := p.Alloc(4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Close(); !errors.Is(err, pinned.ErrLiveBlocks) {
+		t.Fatalf("%s: Close with a buffer live: %v", name, err)
+	}
+	return p, b
+}
+
+// freedAtOnce reports whether the Free that answers on freed returned (nil) within 5 s; else
+// it fails the test saying what, and ends the Free's wait with h's Release.
+func freedAtOnce(t *testing.T, what string, freed <-chan error, h pinned.Hold) bool {
+	t.Helper()
+	select {
+	case err := <-freed:
+		if err != nil {
+			t.Errorf("%s: %v", what, err)
 		}
-		if st := p.Stats(); st.Reserved != 0 || st.Live != 0 {
-			t.Errorf("%s: after the last Release the pool holds %d buffers, %d bytes reserved", c.name, st.Live, st.Reserved)
-		}
+		return true
+	case <-time.After(5 * time.Second):
+		t.Errorf("%s still waits after 5 s", what)
+		_ = h.Release() // ends the wait
+		<-freed
+		return false
+	}
+}
+
+// releaseFrees checks that p keeps its memory until h, the last hold of its last buffer, is
+// released, and that the Release frees the buffer and releases the memory.
+func releaseFrees(t *testing.T, name string, p *pinned.Pool, h pinned.Hold) {
+	t.Helper()
+	if st := p.Stats(); st.Reserved == 0 {
+		t.Errorf("%s: the memory went before the last Release", name)
+	}
+	if err := h.Release(); err != nil {
+		t.Errorf("%s: Release: %v", name, err)
+	}
+	if st := p.Stats(); st.Reserved != 0 || st.Live != 0 {
+		t.Errorf("%s: after the last Release the pool holds %d buffers, %d bytes reserved", name, st.Live, st.Reserved)
 	}
 }

@@ -154,12 +154,11 @@ var afterQuotaRoom func()
 var afterQuotaMiss func()
 
 // freeGuarded is Free (FreeAsync on the stream of l when l is not nil) with a scrub, a quota,
-// sites, a trace, or several. held reports a free deferred to the buffer's holds (Hold), which
-// their last Release makes.
-func (p *Pool) freeGuarded(addr, n uintptr, l *streamList) (held bool, err error) {
+// sites, a trace, or several.
+func (p *Pool) freeGuarded(addr, n uintptr, l *streamList) error {
 	if l == nil { // FreeAsync asked already
 		if handled, err := p.out.deferFree(addr, n, false, 0, false); handled { // held: hold.go
-			return true, err
+			return err
 		}
 		if afterHoldsLook != nil {
 			afterHoldsLook()
@@ -168,7 +167,7 @@ func (p *Pool) freeGuarded(addr, n uintptr, l *streamList) (held bool, err error
 	if p.order == nil && p.sharer != nil {
 		// Shared, and its Sharer does not know it (the free asked it first): freed.
 		if done, err := p.freeUnknownShared(addr, n); done {
-			return false, err
+			return err
 		}
 	}
 	claimed := false
@@ -176,27 +175,27 @@ func (p *Pool) freeGuarded(addr, n uintptr, l *streamList) (held bool, err error
 		first, err := p.g.HoldSized(addr, n)
 		if err != nil {
 			if p.released.Load() {
-				return false, fmt.Errorf("%w: %w", ErrClosed, err)
+				return fmt.Errorf("%w: %w", ErrClosed, err)
 			}
-			return false, wrapError(err, ErrNotOwned)
+			return wrapError(err, ErrNotOwned)
 		}
 		if !first && p.order == nil {
 			// A Hold took it since the look at the holds (the free waits for its Release, as
 			// for a Hold before it), or one that has been released since (look again), or
 			// another free claims it.
 			if handled, err := p.out.deferFree(addr, n, false, 0, false); handled {
-				return true, err
+				return err
 			}
 			if !p.g.Held(addr) {
 				return p.freeGuarded(addr, n, l)
 			}
-			return false, fmt.Errorf("%w: %#x is being freed by another goroutine", ErrDoubleFree, addr)
+			return fmt.Errorf("%w: %#x is being freed by another goroutine", ErrDoubleFree, addr)
 		}
 		// Held before the claim: a stream uses it, and freeRecorded defers it (or finds it
 		// deferred already, or being freed: a double free).
 		claimed = first
 	}
-	err = p.freeRecorded(addr, n, l, claimed)
+	err := p.freeRecorded(addr, n, l, claimed)
 	if !claimed && p.order == nil && errors.Is(err, heap.ErrHeld) {
 		// A Hold took the buffer since the look at the holds: the heap refused the free, and
 		// nothing changed. Look at the holds again, out of the site table's locks (a last
@@ -204,7 +203,7 @@ func (p *Pool) freeGuarded(addr, n uintptr, l *streamList) (held bool, err error
 		// waits for the Release, as for a Hold before it.
 		return p.freeGuarded(addr, n, l)
 	}
-	return false, err
+	return err
 }
 
 // freeRecorded frees the block at addr (FreeAsync on the stream of l when l is not nil) and forgets

@@ -462,15 +462,13 @@ func (p *Pool) free(b []byte, guard bool) error {
 		}
 	}
 	if guard && p.guarded {
-		held, err := p.freeGuarded(addr, n, nil)
+		err := p.freeGuarded(addr, n, nil)
 		if err != nil {
 			err = p.freeOutside(addr, n, err)
 		}
-		if err == nil && !held && p.closed.Load() {
+		if err == nil && p.closed.Load() {
 			// Out of freeGuarded's locks: finishClose holds every shard, and Blocks, which
-			// holds them too, takes the site table's locks. A free deferred to the buffer's
-			// holds is their last Release's to finish (hold.go), as in freeRest: here it
-			// waited for the Release as for a stream, Close's whole wait.
+			// holds them too, takes the site table's locks.
 			p.finishClose(addr)
 		}
 		return err

@@ -333,7 +333,7 @@ func (p *Pool) FreeAsync(b []byte, s cuda.Stream) error {
 		return err
 	}
 	if p.guarded {
-		_, err = p.freeGuarded(addr, n, l) // never held: deferFree above, and l is not nil
+		err = p.freeGuarded(addr, n, l)
 	} else {
 		err = p.freeAsync(addr, n, l)
 	}
