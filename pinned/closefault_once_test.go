@@ -6,7 +6,6 @@ import (
 	"testing"
 
 	pubcuda "github.com/pinmalloc/pinmalloc/cuda"
-	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
 	"github.com/pinmalloc/pinmalloc/pinned"
 )
 
@@ -15,14 +14,10 @@ import (
 // destroy of its event, with the one sticky error: it says the fault once, keeps both, and the
 // Close after the error is cleared gives both back.
 func TestFakeCloseAfterFaultSaysItOnce(t *testing.T) {
-	f, dev := fakecuda.RunDevice(t)
+	f, dev, p, s := faultRig(t)
 	if f == nil {
 		return
 	}
-	p := newPool(t, pinned.Options{Backend: pinned.CUDAHost, Capacity: 64 << 20})
-	s, err := dev.StreamCreate(true)
-	ok(t, "StreamCreate", err)
-	t.Cleanup(func() { ok(t, "StreamDestroy", dev.StreamDestroy(s)) })
 	b, err := p.Alloc(4096)
 	ok(t, "Alloc", err)
 	ok(t, "FreeAsync", p.FreeAsync(b, pubcuda.Stream(s)))

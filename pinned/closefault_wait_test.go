@@ -6,6 +6,7 @@ import (
 	"time"
 
 	pubcuda "github.com/pinmalloc/pinmalloc/cuda"
+	icuda "github.com/pinmalloc/pinmalloc/internal/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
 	"github.com/pinmalloc/pinmalloc/pinned"
 )
@@ -16,14 +17,10 @@ import (
 // the memory, which a Close once the error is cleared gives back. Before, it polled the stream
 // for its whole wait (5 s) first.
 func TestFakeCloseAfterFaultDoesNotWait(t *testing.T) {
-	f, dev := fakecuda.RunDevice(t)
+	f, dev, p, s := faultRig(t)
 	if f == nil {
 		return
 	}
-	p := newPool(t, pinned.Options{Backend: pinned.CUDAHost, Capacity: 64 << 20})
-	s, err := dev.StreamCreate(true)
-	ok(t, "StreamCreate", err)
-	t.Cleanup(func() { ok(t, "StreamDestroy", dev.StreamDestroy(s)) })
 	b, err := p.Alloc(4096)
 	ok(t, "Alloc", err)
 	ok(t, "FreeAsync", p.FreeAsync(b, pubcuda.Stream(s)))
@@ -50,14 +47,10 @@ func TestFakeCloseAfterFaultDoesNotWait(t *testing.T) {
 // close, whose wait for that stream the sticky error answers. Before, it polled the stream for
 // the close's whole wait (5 s).
 func TestFakeFreeAfterCloseAndFaultDoesNotWait(t *testing.T) {
-	f, dev := fakecuda.RunDevice(t)
+	f, dev, p, s := faultRig(t)
 	if f == nil {
 		return
 	}
-	p := newPool(t, pinned.Options{Backend: pinned.CUDAHost, Capacity: 64 << 20})
-	s, err := dev.StreamCreate(true)
-	ok(t, "StreamCreate", err)
-	t.Cleanup(func() { ok(t, "StreamDestroy", dev.StreamDestroy(s)) })
 	b, err := p.Alloc(4096)
 	ok(t, "Alloc", err)
 	ok(t, "RecordStream", p.RecordStream(b, pubcuda.Stream(s)))
@@ -75,4 +68,20 @@ func TestFakeFreeAfterCloseAndFaultDoesNotWait(t *testing.T) {
 	ok(t, "Free", err)
 	f.ClearStickyError()
 	ok(t, "Close once the driver works again", p.Close())
+}
+
+// faultRig returns the fake driver and device (nil where the fake cannot run), a CUDAHost pool
+// of 64 MiB, and a non-blocking stream destroyed when the test ends: the set-up of the tests of
+// a pool after a device fault.
+func faultRig(t *testing.T) (*fakecuda.Driver, *icuda.Device, *pinned.Pool, icuda.Stream) {
+	t.Helper()
+	f, dev := fakecuda.RunDevice(t)
+	if f == nil {
+		return nil, nil, nil, 0
+	}
+	p := newPool(t, pinned.Options{Backend: pinned.CUDAHost, Capacity: 64 << 20})
+	s, err := dev.StreamCreate(true)
+	ok(t, "StreamCreate", err)
+	t.Cleanup(func() { ok(t, "StreamDestroy", dev.StreamDestroy(s)) })
+	return f, dev, p, s
 }
