@@ -56,22 +56,7 @@ func TestFailedAdoptionKeepsTheOptionsGeometry(t *testing.T) {
 			must(t, "owner Close", w.Close())
 		}
 	})
-	var conn *net.UnixConn
-	waitFor(t, func() bool {
-		nc, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: path, Net: "unix"})
-		conn = nc
-		return err == nil
-	})
-	defer conn.Close()
-	must(t, "intro", writeMsg(conn, msg{op: opIntro, flags: introRejoin, seq: wireVersion, a: ctlMagic, b: pool}, time.Second))
-	must(t, "rejoin", writeMsg(conn, msg{op: opRejoin, a: 1, b: 1}, time.Second))
-	_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
-	m, err := readMsg(conn)
-	if err != nil || m.op != opReply || m.a != stDonate {
-		t.Fatalf("the owner's answer to a rejoin: %+v %v, want stDonate", m, err)
-	}
-	b := msg{op: opDonate}.encode()
-	must(t, "donate", sendFds(conn, b[:], fds, time.Second))
+	conn := donateTo(t, path, pool, fds)
 	if m, err := readMsg(conn); err == nil {
 		t.Fatalf("the owner adopted a pool whose process it could not build: it answered %+v", m)
 	}

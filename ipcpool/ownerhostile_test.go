@@ -81,6 +81,28 @@ func dialOwner(t *testing.T, path string) *net.UnixConn {
 	return c
 }
 
+// donateTo connects to the owner at path once it listens, rejoins pool as slot 1, serial 1,
+// is asked for the pool's descriptors (stDonate) and sends fds as its donation: the connection,
+// closed when the test ends, then waits for the owner's answer.
+func donateTo(t *testing.T, path string, pool uint64, fds []int) *net.UnixConn {
+	t.Helper()
+	var conn *net.UnixConn
+	waitFor(t, func() bool {
+		nc, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: path, Net: "unix"})
+		conn = nc
+		return err == nil
+	})
+	t.Cleanup(func() { conn.Close() })
+	sendRejoin(t, conn, pool, 1, 1)
+	m, err := readMsg(conn)
+	if err != nil || m.op != opReply || m.a != stDonate {
+		t.Fatalf("the owner's answer to a rejoin: %+v %v, want stDonate", m, err)
+	}
+	b := msg{op: opDonate}.encode()
+	must(t, "donate", sendFds(conn, b[:], fds, time.Second))
+	return conn
+}
+
 // sendRejoin says, on c, that the peer rejoins pool as slot with serial (an intro and a rejoin
 // message), as a process of the previous owner would.
 func sendRejoin(t *testing.T, c *net.UnixConn, pool, slot, serial uint64) {
