@@ -62,7 +62,8 @@
 // Every provider takes an open *cuda.Device (cuda.Open reports cuda.ErrNoDriver on a machine
 // without a driver) and never closes it: the caller keeps it open until every arena over the
 // provider is closed (OpenHost is the exception: its provider owns the device it opened, and
-// Close gives it back). Every driver resource a provider holds is counted (Counters), so tests
+// Close gives it back; a Close whose release of it the driver refuses keeps it, and a later
+// Close releases it). Every driver resource a provider holds is counted (Counters), so tests
 // can prove that closing an arena leaves nothing behind. Errors wrap the arena's sentinels
 // (arena.ErrReserve, arena.ErrCommit, arena.ErrInvalid; arena.ErrExhausted when the driver is
 // out of memory) and the driver's error. A refusal to give memory back (a decommit's or a

@@ -71,7 +71,8 @@
 // Where memory commits a chunk at a time, a heap may take the room for its class pages from
 // another heap's segments while that heap's owner lets it (SetLender): the page is the
 // borrower's, its segment stays the lender's, and the page's room goes back to the lender when
-// the borrower gives the page up.
+// the borrower gives the page up. Close the borrowers first: a lender's Close fails with ErrLent,
+// releasing nothing, while a borrower holds pages in its runs.
 //
 // Invariants, for every page p:
 //   - a block is live iff its state word is live; exactly one free moves it out;

@@ -182,8 +182,10 @@ func (c *Collector) AddTier(name string, t *uvm.Tier) error {
 //
 // A counter (Allocs, Frees, ..., CommitSeconds) that f reports below its figure at the last
 // scrape is not exported lower, as Prometheus counters do not go down: the scrape counts on
-// from the highest figure, adding what f counts after the drop. Var reports f's figures as they
-// are. A source added again under its name starts afresh.
+// from the highest figure, adding what f counts after the drop. Of two scrapes at once, a read
+// of f older than the one the other scrape already exported is not taken for a drop: the
+// counter stays at the later figure. Var reports f's figures as they are. A source added again
+// under its name starts afresh.
 func (c *Collector) AddFunc(name string, mem Memory, f func() Figures) error {
 	return c.add(name, f == nil, &source{mem: mem, carry: &carry{},
 		heap: func() (Figures, []string, bool) { return f(), nil, true }})
