@@ -37,12 +37,12 @@ func TestCopyDuringCapture(t *testing.T) {
 		must(t, "StreamCreate", err)
 		for _, on := range []cuda.Stream{s, 0} {
 			must(t, "StreamBeginCapture", dev.StreamBeginCapture(s, cuda.CaptureThreadLocal))
-			calls := f.Launches() + f.Batches() + f.Memcpys() + f.Stat(fakecuda.EventRecords) + f.Stat(fakecuda.StreamWaits)
+			calls := queuedWork(f) + f.Stat(fakecuda.StreamWaits)
 			err := b.Copy([]Job{mkJob(d, host, n)}, pcuda.Stream(on))
 			if !errors.Is(err, pinmalloc.ErrCapturing) {
 				t.Errorf("%s (low priority %v): Copy on stream %#x while %#x captures: %v, want ErrCapturing", c.m, c.low, on, s, err)
 			}
-			if now := f.Launches() + f.Batches() + f.Memcpys() + f.Stat(fakecuda.EventRecords) + f.Stat(fakecuda.StreamWaits); now != calls {
+			if now := queuedWork(f) + f.Stat(fakecuda.StreamWaits); now != calls {
 				t.Errorf("%s (low priority %v): the refused Copy on stream %#x made %d driver calls that queue work", c.m, c.low, on, now-calls)
 			}
 			g, err := dev.StreamEndCapture(s)

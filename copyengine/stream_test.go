@@ -27,12 +27,12 @@ func TestPerThreadStreamRefused(t *testing.T) {
 	host, d := hostMem(t, dev, 4096), devMem(t, dev, 4096)
 	for _, m := range []Method{MethodKernel, MethodBatchAPI, MethodPerCopy} {
 		b := newBatcher(t, dev, Options{Method: m, LowPriority: m == MethodKernel})
-		calls := f.Launches() + f.Batches() + f.Memcpys() + f.Stat(fakecuda.EventRecords)
+		calls := queuedWork(f)
 		err := b.Copy([]Job{mkJob(d, host, 4096)}, pcuda.Stream(2))
 		if !errors.Is(err, ErrInvalidStream) || !errors.Is(err, pinmalloc.ErrInvalidStream) {
 			t.Errorf("%s: Copy on the per-thread default stream: %v, want ErrInvalidStream", m, err)
 		}
-		if now := f.Launches() + f.Batches() + f.Memcpys() + f.Stat(fakecuda.EventRecords); now != calls {
+		if now := queuedWork(f); now != calls {
 			t.Errorf("%s: the refused Copy queued work", m)
 		}
 	}
@@ -58,14 +58,14 @@ func TestAnotherDevicesStreamRefused(t *testing.T) {
 		{Method: MethodBatchAPI}, {Method: MethodPerCopy}, {Method: MethodAuto}} {
 		b := newBatcher(t, dev, o)
 		clear(mem.Bytes(dst, n))
-		calls := f.Launches() + f.Batches() + f.Memcpys() + f.Stat(fakecuda.EventRecords)
+		calls := queuedWork(f)
 		err := b.Copy([]Job{mkJob(dst, src, n)}, pcuda.Stream(s1))
 		if !errors.Is(err, ErrInvalidStream) || !errors.Is(err, pinmalloc.ErrInvalidStream) {
 			t.Errorf("%+v: Copy on device 1's stream: %v, want ErrInvalidStream", o, err)
 		} else if !strings.Contains(err.Error(), "device 0") {
 			t.Errorf("%+v: Copy on device 1's stream: %q does not name the Batcher's device", o, err)
 		}
-		if now := f.Launches() + f.Batches() + f.Memcpys() + f.Stat(fakecuda.EventRecords); now != calls {
+		if now := queuedWork(f); now != calls {
 			t.Errorf("%+v: the refused Copy queued work", o)
 		}
 		must(t, "StreamSynchronize on device 1", dev1.StreamSynchronize(s1))
@@ -160,4 +160,10 @@ func TestStreamCheckedOnce(t *testing.T) {
 	must(t, "StreamSynchronize", dev.StreamSynchronize(s2))
 	must(t, "StreamSynchronize", dev.StreamSynchronize(s))
 	must(t, "StreamSynchronize", dev.StreamSynchronize(0))
+}
+
+// queuedWork counts what the fake was asked to queue: launches, batches, copies and event
+// records (a refused Copy adds none).
+func queuedWork(f *fakecuda.Driver) int64 {
+	return f.Launches() + f.Batches() + f.Memcpys() + f.Stat(fakecuda.EventRecords)
 }
