@@ -19,12 +19,7 @@ func TestHelloOnConnectionRefused(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	w1, w2, _, _, _, c2 := connectedPair(t, ctx)
-	addr, err := w1.Address()
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := greeting{conn: 77, worker: w1.id, pid: uint32(os.Getpid()), host: hostID(), addr: addr[addrHeader:]}
-	hello := appendGreeting(header(msgHello, 0, helloLen+len(g.addr)), g, true)
+	hello := dialHello(t, w1)
 	for _, ep := range []ucx.Ep{c2.ep, 0} {
 		w2.mu.Lock()
 		before := len(w2.conns)
@@ -46,13 +41,8 @@ func TestDialFloodUnclosedBounded(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	w1, w2, _, _, _, _ := connectedPair(t, ctx)
-	addr, err := w1.Address()
-	if err != nil {
-		t.Fatal(err)
-	}
 	const bound, flood = 8, 64
-	g := greeting{conn: 77, worker: w1.id, pid: uint32(os.Getpid()), host: hostID(), addr: addr[addrHeader:]}
-	hello := appendGreeting(header(msgHello, 0, helloLen+len(g.addr)), g, true)
+	hello := dialHello(t, w1)
 	w2.mu.Lock()
 	w2.unclosedBound = bound
 	w2.control += controlSlots // every control slot in flight: no ack is sent, no close starts
@@ -138,4 +128,16 @@ func TestListenerUnclosedBounded(t *testing.T) {
 		t.Fatalf("a listener's client with %d endpoint close waiting (the bound): %d endpoints wait for a hello, %d closes wait, want none and 1",
 			filled, pending, unclosed)
 	}
+}
+
+// dialHello returns the hello of a Dial from w, naming w's address to connect back to, as a
+// peer sends it.
+func dialHello(t *testing.T, w *Worker) []byte {
+	t.Helper()
+	addr, err := w.Address()
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := greeting{conn: 77, worker: w.id, pid: uint32(os.Getpid()), host: hostID(), addr: addr[addrHeader:]}
+	return appendGreeting(header(msgHello, 0, helloLen+len(g.addr)), g, true)
 }
