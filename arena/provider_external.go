@@ -26,8 +26,11 @@ type ExternalRegion struct {
 	// until a block is reused.
 	Zeroed bool
 	// Exclusive promises that nothing but this arena touches the region. Only then may the arena
-	// return free parts of host memory to the system (madvise(MADV_DONTNEED)); otherwise it
-	// never gives memory back and never assumes a decommitted range reads as zero.
+	// return free parts of HostPageable memory to the system (madvise(MADV_DONTNEED)); otherwise
+	// it never gives memory back and never assumes a decommitted range reads as zero. Memory of
+	// the other kinds is never given back, Exclusive or not: the system refuses to drop locked
+	// pages, and dropping the pages of memory registered with the driver would leave the GPU
+	// copying to and from the pages it pinned while the program reads fresh zero pages.
 	Exclusive bool
 	// Zero clears memory of a kind the CPU cannot touch (a driver memset), as Zeroer.Zero: an
 	// error that wraps ErrNotStarted (NotStarted) says nothing was written nor queued, any
@@ -87,14 +90,23 @@ func (e *ExternalProvider) Kind() Kind { return e.reg.Kind }
 
 // Caps implements Provider.
 func (e *ExternalProvider) Caps() Caps {
-	host := e.reg.Kind.HostAccessible()
+	drops := e.drops()
 	return Caps{
-		Decommits: e.reg.Exclusive && host,
+		Decommits: drops,
 		// madvise drops whole pages only: with a base off a page boundary each granule
 		// straddles two pages, and a decommitted granule keeps the bytes of its partial pages.
-		ZeroOnCommit: e.reg.Exclusive && host && e.reg.Base%e.page == 0,
+		ZeroOnCommit: drops && e.reg.Base%e.page == 0,
 		Granule:      e.page,
 	}
+}
+
+// drops reports whether Decommit gives the region's free pages back to the system: only those
+// of an Exclusive region of pageable memory. Linux refuses madvise(MADV_DONTNEED) of locked
+// pages (EINVAL), and a purge of a locked region would be refused at every tick; of memory
+// registered with the CUDA driver (HostPinned, Managed) it would drop the program's mapping
+// of pages the driver keeps pinned, so that the CPU and the GPU no longer see the same bytes.
+func (e *ExternalProvider) drops() bool {
+	return e.reg.Exclusive && e.reg.Kind == HostPageable
 }
 
 // Reserve implements Provider: it returns the whole region, once.
@@ -117,7 +129,7 @@ func (e *ExternalProvider) Commit(r *Region, off, size uintptr) error {
 	return e.check(r, off, size)
 }
 
-// Decommit implements Provider. Host memory of an exclusive region is given back with
+// Decommit implements Provider. Pageable memory of an exclusive region is given back with
 // madvise(MADV_DONTNEED) (it reads as zero afterwards); anything else is left alone.
 func (e *ExternalProvider) Decommit(r *Region, off, size uintptr) error {
 	if err := e.check(r, off, size); err != nil {
