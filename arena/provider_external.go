@@ -20,7 +20,8 @@ type ExternalRegion struct {
 	Kind Kind
 	// Committed reports that the region is backed by memory already (the usual case). When it
 	// is false the memory is host memory that commits on first touch, and the arena only
-	// accounts for commits, in whole pages from Base: a last part of a page is not used.
+	// accounts for commits, in whole pages from Base: a last part of a page is not used. A
+	// Committed region stays committed: the arena never gives any of it back, Exclusive or not.
 	Committed bool
 	// Zeroed reports that the region reads as zero now, so zeroed allocations may skip the memset
 	// until a block is reused.
