@@ -386,6 +386,10 @@ func (w *Owner) Attached() int {
 	return n
 }
 
+// waitCounted, set by tests only, runs as Wait has counted the processes attached, before it
+// waits for one to leave (with w.mu held).
+var waitCounted func()
+
 // Wait waits until no process but the owner is attached, or ctx is done.
 func (w *Owner) Wait(ctx context.Context) error {
 	stop := context.AfterFunc(ctx, func() {
@@ -394,15 +398,20 @@ func (w *Owner) Wait(ctx context.Context) error {
 		w.mu.Unlock()
 	})
 	defer stop()
+	// Counted and waited for under one hold of w.mu: a process that leaves after the count
+	// broadcasts only once Wait waits (leave), and a context done after it likewise.
+	w.mu.Lock()
+	defer w.mu.Unlock()
 	for {
-		if n := w.Attached(); n == 0 {
+		if n := w.attachedLocked(); n == 0 {
 			return nil
 		} else if ctx.Err() != nil {
 			return fmt.Errorf("%w: %d: %w", ErrAttached, n, ctx.Err())
 		}
-		w.mu.Lock()
+		if waitCounted != nil {
+			waitCounted()
+		}
 		w.cond.Wait()
-		w.mu.Unlock()
 	}
 }
 
