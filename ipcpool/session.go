@@ -464,10 +464,16 @@ type serverConn struct {
 // maxGrantsInFlight bounds the grant requests one process may have waiting at once.
 const maxGrantsInFlight = 4
 
+// write writes m to the process. A message written in part (errPartial) cuts the process off,
+// as any broken message does: it would read the rest of the stream a torn message off.
 func (s *serverConn) write(m msg) error {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
-	return writeMsg(s.c, m, s.timeout)
+	err := writeMsg(s.c, m, s.timeout)
+	if errors.Is(err, errPartial) {
+		s.c.Close() // serve's read ends: the process leaves as one cut off
+	}
+	return err
 }
 
 // serve reads the process's requests until it detaches (detached), its connection ends

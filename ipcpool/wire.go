@@ -165,7 +165,7 @@ func writeMsg(c *net.UnixConn, m msg, d time.Duration) error {
 	}
 	b := m.encode()
 	for pause := time.Millisecond; ; pause = min(2*pause, 16*time.Millisecond) {
-		n, err := c.Write(b[:])
+		n, err := connWrite(c, b[:])
 		switch {
 		case err == nil:
 			return nil
@@ -181,6 +181,9 @@ func writeMsg(c *net.UnixConn, m msg, d time.Duration) error {
 		time.Sleep(min(pause, left))
 	}
 }
+
+// connWrite writes b on c for writeMsg (tests replace it: a write the kernel takes in part).
+var connWrite = (*net.UnixConn).Write
 
 // errPartial is writeMsg's error for a message written in part: the connection is broken.
 var errPartial = errors.New("ipcpool: a message written in part")
