@@ -2,6 +2,7 @@ package ipcpool
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -79,13 +80,18 @@ func (w *Owner) donated(c *net.UnixConn) (bool, error) {
 	b := make([]byte, msgSize)
 	n, fds, err := recvFds(c, b, 1+maxRegions)
 	if err != nil {
+		if errors.Is(err, ErrProtocol) { // descriptors or a message cut short
+			w.refusedDonations.Add(1)
+		}
 		return false, err
 	}
 	if m, err := decodeMsg(b[:n]); err != nil || m.op != opDonate {
 		closeFds(fds)
+		w.refusedDonations.Add(1)
 		return false, fmt.Errorf("%w: a donation that is not one", ErrProtocol)
 	}
 	if err := w.adopt(fds); err != nil {
+		w.refusedDonations.Add(1)
 		return false, err
 	}
 	return true, nil

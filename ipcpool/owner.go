@@ -77,6 +77,9 @@ type Owner struct {
 	pauseDetach func() // set by tests only: runs as a session answers a detach, the slot left
 	// rounds counts the watcher's rounds done: tests wait for rounds, not for time.
 	rounds atomic.Uint64
+	// refusedDonations counts the donations refused while the owner waited to adopt a pool
+	// (SharedStats.RefusedDonations).
+	refusedDonations atomic.Uint64
 	// looked counts the entries dropRetains looked at (under mu): tests bound a round's work.
 	looked int
 }

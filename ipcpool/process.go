@@ -157,6 +157,11 @@ type SharedStats struct {
 	FreeErrors uint64
 	// Trims counts the times this process gave its empty grants back when the owner asked.
 	Trims uint64
+	// RefusedDonations, in the owner's, counts the donations of a pool's memory it refused
+	// as it waited to adopt one (Options.Adopt): garbage, descriptors that are not a pool's,
+	// or a pool its own process could not be built over. Each donor was cut off, and the
+	// owner waited for another.
+	RefusedDonations uint64
 	// Registered counts the regions registered with this process's CUDA context.
 	Registered int
 	// PageableRegions lists the refusals (of mlock, of a CUDA registration) that left
@@ -188,6 +193,9 @@ func (p *Process) SharedStats() SharedStats {
 	s := SharedStats{Slot: p.slot, Shared: p.st.shared.Load(), FreedHandles: p.st.freedHandles.Load(),
 		RetiredIn: p.st.retiredIn.Load(), RetiredOut: p.st.retiredOut.Load(), Dropped: p.st.dropped.Load(),
 		Overflows: p.st.overflows.Load(), Scans: p.st.scans.Load(), FreeErrors: p.st.freeErrors.Load(), Trims: p.st.trims.Load()}
+	if p.owner != nil {
+		s.RefusedDonations = p.owner.refusedDonations.Load()
+	}
 	if !p.enter() {
 		return s
 	}
