@@ -1,6 +1,10 @@
 package ipcpool
 
 import (
+	"errors"
+
+	"golang.org/x/sys/unix"
+
 	"github.com/pinmalloc/pinmalloc"
 	"github.com/pinmalloc/pinmalloc/internal/errkind"
 )
@@ -36,7 +40,8 @@ var (
 	// CUDA driver refused to make, map, lock or give back the pool's memory (memfd_create,
 	// ftruncate, mmap, madvise, munmap, an mlock refused for another reason than the memlock
 	// limit, cuMemHostRegister, the VMM granules' creation, export, import or mapping: the cause,
-	// an errno or the driver's error, says why). A handshake that took too
+	// an errno or the driver's error, says why; one for want of memory, the system's ENOMEM or
+	// the driver's out of memory, matches pinmalloc.ErrOutOfMemory too). A handshake that took too
 	// long (the owner gave it up past its Options.Timeout, or the attaching process's own
 	// deadline passed) is no refusal: its error matches context.DeadlineExceeded instead.
 	// Kind ErrRefused.
@@ -52,3 +57,13 @@ var (
 	// ErrInvalid.
 	ErrProtocol = errkind.New(pinmalloc.ErrInvalid, "ipcpool: protocol error")
 )
+
+// noMemory returns err, a refusal of the system's, made to match pinmalloc.ErrOutOfMemory too
+// when its cause is ENOMEM (the system had no memory for the call), as ErrRefused says of a
+// refusal for want of memory; its text is err's. Another err is returned as it is.
+func noMemory(err error) error {
+	if errors.Is(err, unix.ENOMEM) && !errors.Is(err, pinmalloc.ErrOutOfMemory) {
+		return errkind.Also(pinmalloc.ErrOutOfMemory, err, "ipcpool: ")
+	}
+	return err
+}

@@ -26,17 +26,26 @@ const mapAlign = 2 << 20
 func newMemfd(name string, size uintptr) (int, error) {
 	fd, err := unix.MemfdCreate(name, unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
 	if err != nil {
-		return -1, fmt.Errorf("%w: memfd_create: %w", ErrRefused, err)
+		return -1, noMemory(fmt.Errorf("%w: memfd_create: %w", ErrRefused, err))
 	}
 	if err := unix.Ftruncate(fd, int64(size)); err != nil {
 		unix.Close(fd)
-		return -1, fmt.Errorf("%w: ftruncate memfd to %d bytes: %w", ErrRefused, size, err)
+		return -1, noMemory(fmt.Errorf("%w: ftruncate memfd to %d bytes: %w", ErrRefused, size, err))
 	}
-	if _, err := unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, unix.F_SEAL_SHRINK|unix.F_SEAL_GROW|unix.F_SEAL_SEAL); err != nil {
+	if err := seal(fd); err != nil {
 		unix.Close(fd)
-		return -1, fmt.Errorf("%w: sealing memfd: %w", ErrRefused, err)
+		return -1, noMemory(fmt.Errorf("%w: sealing memfd: %w", ErrRefused, err))
 	}
 	return fd, nil
+}
+
+// seal is sealMemfd; tests make it fail.
+var seal = sealMemfd
+
+// sealMemfd seals fd against shrinking, growing and further seals (F_ADD_SEALS).
+func sealMemfd(fd int) error {
+	_, err := unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, unix.F_SEAL_SHRINK|unix.F_SEAL_GROW|unix.F_SEAL_SEAL)
+	return err
 }
 
 // checkMemfd verifies that fd is a memfd of exactly size bytes sealed against shrinking and
@@ -137,11 +146,14 @@ func sameOpenFile(a, b int) (bool, error) {
 // kept the pool's memory would use it after this process exited, while the owner lends it to
 // another. (The mappings are shared, so a fork does not make them copy-on-write here.)
 func noFork(base, size uintptr) error {
-	if err := unix.Madvise(mem.Bytes(base, size), unix.MADV_DONTFORK); err != nil {
-		return fmt.Errorf("%w: keeping the pool's mapping from a forked child (madvise): %w", ErrRefused, err)
+	if err := madvise(mem.Bytes(base, size), unix.MADV_DONTFORK); err != nil {
+		return noMemory(fmt.Errorf("%w: keeping the pool's mapping from a forked child (madvise): %w", ErrRefused, err))
 	}
 	return nil
 }
+
+// madvise is madvise(2); tests make it fail.
+var madvise = unix.Madvise
 
 // mlockOnFault is MLOCK_ONFAULT of <linux/mman.h> (x/sys lacks it).
 const mlockOnFault = 1
@@ -175,7 +187,7 @@ func reserve(size, align uintptr) (uintptr, error) {
 // mapAt maps size bytes of fd shared at addr, inside a reservation.
 func mapAt(fd int, addr, size uintptr) error {
 	if _, err := unix.MmapPtr(fd, 0, mem.Ptr(addr), size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_FIXED); err != nil {
-		return fmt.Errorf("%w: mapping %d bytes of a memfd: %w", ErrRefused, size, err)
+		return noMemory(fmt.Errorf("%w: mapping %d bytes of a memfd: %w", ErrRefused, size, err))
 	}
 	return nil
 }
@@ -231,7 +243,7 @@ func mapCtl(fd int, size uintptr) (uintptr, error) {
 // unmap unmaps [base, base+size).
 func unmap(base, size uintptr) error {
 	if err := unix.MunmapPtr(mem.Ptr(base), size); err != nil {
-		return fmt.Errorf("%w: munmap: %w", ErrRefused, err)
+		return noMemory(fmt.Errorf("%w: munmap: %w", ErrRefused, err))
 	}
 	return nil
 }

@@ -231,7 +231,7 @@ func (sp *space) keepRegions() error {
 		if r {
 			err := protect(mem.Bytes(sp.regionAddr(i), sp.regionSize), unix.PROT_NONE)
 			if err != nil {
-				errs = append(errs, fmt.Errorf("%w: mprotect: %w", ErrRefused, err))
+				errs = append(errs, noMemory(fmt.Errorf("%w: mprotect: %w", ErrRefused, err)))
 			}
 			continue
 		}
@@ -256,7 +256,7 @@ func (sp *space) fill(addr, n uintptr, reserve bool) error {
 	}
 	if _, err := unix.MmapPtr(-1, 0, mem.Ptr(addr), n, prot,
 		unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_FIXED|unix.MAP_NORESERVE); err != nil {
-		return fmt.Errorf("%w: mapping junk over the pool: %w", ErrRefused, err)
+		return noMemory(fmt.Errorf("%w: mapping junk over the pool: %w", ErrRefused, err))
 	}
 	return noFork(addr, n)
 }
