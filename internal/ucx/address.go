@@ -3,6 +3,7 @@ package ucx
 import (
 	"encoding/binary"
 	"fmt"
+	"math"
 )
 
 // Checking a peer's worker address.
@@ -61,6 +62,19 @@ import (
 // writes 0 (cma, cuda_copy: ucp_address_iface_seg_size), which UCX never takes for a lane that
 // sends them. Version 1 carries no segment size (UCX takes it as unbounded).
 //
+// And a transport's overhead, bandwidth or latency that is not a finite number, or, in a
+// version-1 address, an overhead or latency below zero. Version 1 carries them as floats
+// (ucp_address_packed_iface_attr_t: overhead, bandwidth, latency overhead, in seconds and bytes
+// a second), version 2 as UCX's 8-bit floats (ucs_fp8_t: 4 bits of exponent, the low ones, and
+// 4 of mantissa), whose exponent 15 is NaN (Inf with a mantissa of 0) and which no finite value
+// packs to. UCX refuses a bandwidth of 0 or less (after taking a negative one's absolute value,
+// as UCX 1.11 and older wrote it: accepted here too) and takes the rest unchecked: its lane
+// selection scores each transport as 1e-3 over the sum of the latencies and overheads of both
+// sides, and asserts that a score is not below 0 (select.c: "Assertion `(score >= 0.0) ...'
+// failed", Debian's build), which a NaN, or an overhead of -1, fails: ucp_ep_create ended the
+// process (TestConnectAddressAttrNaN). UCX writes them from its interfaces' own attributes,
+// finite and not below zero.
+//
 // In UCX's unified mode (UCX_UNIFIED_MODE) transports carry no lengths (the receiver takes them
 // from its own interfaces), so no address can be checked: the worker finds so when its own
 // address does not pass, and ConnectAddress then refuses every address.
@@ -99,6 +113,16 @@ const (
 	addrAttrFlags     = 6
 	addrSegSizeFactor = 64     // UCP_ADDRESS_IFACE_SEG_SIZE_FACTOR
 	addrIfaceAMSync   = 1 << 1 // UCP_ADDR_IFACE_FLAG_AM_SYNC
+	// A version-2 transport's overhead, bandwidth and latency: bytes 0, 1 and 2, each a
+	// ucs_fp8_t whose low 4 bits are its exponent; addrFP8NaN is the exponent of NaN and Inf.
+	addrAttrV2Floats = 3
+	addrFP8Exponent  = 0x0f
+	addrFP8NaN       = 0x0f
+	// A version-1 transport's overhead, bandwidth and latency overhead: floats at bytes 0, 4
+	// and 8 (ucp_address_packed_iface_attr_t, in the host's byte order).
+	addrAttrV1Overhead  = 0
+	addrAttrV1Bandwidth = 4
+	addrAttrV1Latency   = 8
 	// minSegSize is the least segment size CheckAddress accepts of a version-2 transport that
 	// receives active messages (the package doc of CheckAddress).
 	minSegSize = 512
@@ -254,10 +278,29 @@ func walkAddress(addr []byte, attr func(version byte, b []byte, at int) error) e
 }
 
 // checkIfaceAttr refuses a transport's attributes UCX 1.13 would act on unchecked (walkAddress):
-// in a version-2 address, a segment size under minSegSize on a transport that receives active
-// messages.
+// an overhead, bandwidth or latency that is not a finite number, a version-1 overhead or
+// latency below zero, and, in a version-2 address, a segment size under minSegSize on a
+// transport that receives active messages.
 func checkIfaceAttr(version byte, b []byte, at int) error {
-	if version != addrV2 || binary.NativeEndian.Uint16(b[addrAttrFlags:])&addrIfaceAMSync == 0 {
+	if version == addrV1 {
+		for _, f := range [...]struct {
+			off      int
+			name     string
+			negative bool // taken by UCX below zero (a bandwidth: its absolute value)
+		}{{addrAttrV1Overhead, "overhead", false}, {addrAttrV1Bandwidth, "bandwidth", true}, {addrAttrV1Latency, "latency", false}} {
+			v := math.Float32frombits(binary.NativeEndian.Uint32(b[f.off:]))
+			if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) || v < 0 && !f.negative {
+				return addrErr("a transport's %s of %v at byte %d", f.name, v, at+f.off)
+			}
+		}
+		return nil
+	}
+	for i, name := range [addrAttrV2Floats]string{"overhead", "bandwidth", "latency"} {
+		if b[i]&addrFP8Exponent == addrFP8NaN {
+			return addrErr("a transport's %s of NaN or Inf (%#02x) at byte %d", name, b[i], at+i)
+		}
+	}
+	if binary.NativeEndian.Uint16(b[addrAttrFlags:])&addrIfaceAMSync == 0 {
 		return nil
 	}
 	if seg := int(binary.NativeEndian.Uint16(b[addrAttrSegSize:])) * addrSegSizeFactor; seg < minSegSize {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"math"
 	"os"
 	"testing"
 
@@ -100,6 +101,7 @@ func FuzzCheckAddress(f *testing.F) {
 	f.Add(v2Address(maxResources, 0))
 	f.Add(v2AddressAttr(0, v2Attr(0, addrIfaceAMSync), 0)) // an active message segment of 0 bytes (TestCheckAddressSegSize)
 	f.Add(v2AddressAttr(0, v2Attr(minSegSize/addrSegSizeFactor, addrIfaceAMSync), 0))
+	f.Add(v1AddressAttr(float32(math.NaN()), 1e9, 1e-7)) // a NaN overhead (TestCheckAddressAttrFloats)
 	f.Fuzz(func(t *testing.T, a []byte) {
 		if CheckAddress(a) != nil {
 			return
@@ -205,7 +207,7 @@ func TestCheckAddressSegSize(t *testing.T) {
 		}
 	}
 	// Behind other devices and transports, and in a version-1 address (which carries no
-	// segment size: its attributes are other fields, any value of which is taken).
+	// segment size: its attributes are other fields, TestCheckAddressAttrFloats).
 	a := v2AddressAttr(5, v2Attr(0, addrIfaceAMSync), 3)
 	if err := CheckAddress(a); !errors.Is(err, pinmalloc.ErrInvalid) {
 		t.Fatalf("behind 5 devices: %v, want ErrInvalid", err)
