@@ -37,6 +37,7 @@ type Conn struct {
 	gets       int   // gets by message in flight (getWindow)
 	dataOps    int   // puts and gets by message in flight, parts included (dataWindow)
 	rkeys      map[uint32]*rkeyEntry
+	mds        *[64]string  // the transport of each remote memory domain of ep's lanes, once known (laneMDs)
 	retired    []*rkeyEntry // forgotten by the peer while transfers used their keys: destroyed after the last (forget)
 	forgets    []uint32     // this worker's regions deregistered, to tell the peer of (sendForgets)
 	forgetting bool         // in w.forgetting
@@ -796,12 +797,16 @@ func (c *Conn) rkey(d *Descriptor) (*rkeyEntry, ucx.Rkey, error) {
 // unpack returns e's key, unpacked once (destroyed with the connection's keys, reap): for
 // UCX's puts and gets (rkey), or to map the peer's region here (direct.go). UCX reads a
 // packed key with no length, so it is given a copy followed by zeros, which no key it packed
-// reads past. Under mu.
+// reads past, of the memory domains of the endpoint's lanes only, their shared-memory keys
+// checked first (shmKey). Under mu.
 func (c *Conn) unpack(e *rkeyEntry) (ucx.Rkey, error) {
 	if e.rkey == 0 {
-		padded := make([]byte, len(e.packed)+rkeyPad)
-		copy(padded, e.packed)
+		padded, attached, err := c.shmKey(e.packed) // checked first: UCX 1.13 dies of a key it cannot unpack (rkeyshm.go)
+		if err != nil {
+			return 0, err
+		}
 		r, err := c.w.uw.UnpackRkey(c.ep, padded)
+		detach(attached)
 		if err != nil {
 			return 0, fmt.Errorf("%w: %w", ErrDescriptor, err)
 		}
