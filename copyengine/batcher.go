@@ -224,7 +224,8 @@ func (b *Batcher) copyLocked(jobs []Job, s cuda.Stream) error {
 // stream, event or calibration buffer the driver refuses to give back, or the kernel it refuses
 // to unload, is kept (the driver refuses a free of pinned memory while a stream captures a
 // graph in the global mode, and every call under the context's sticky error after a device
-// fault), and the next Close tries it again, giving back each once; otherwise Close is
+// fault), as is the Batcher's own stream when the driver refuses the wait for it before its
+// destroy, and the next Close tries it again, giving back each once; otherwise Close is
 // idempotent. Its error says a device fault once (it matches ErrDeviceFault), with
 // what Close keeps. A staging buffer that a
 // failed Copy's launch may still read, with no event to say when it is done (its record

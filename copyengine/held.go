@@ -81,19 +81,22 @@ func (b *Batcher) takeFences() {
 	_ = b.fences.Close() // none idle: nothing to destroy
 }
 
-// closeSide waits for the side stream and destroys it. A stream the driver refuses to destroy
-// stays in b.side, for a later Close.
+// closeSide waits for the side stream and destroys it. A stream the driver refuses to wait for
+// or to destroy stays in b.side, for a later Close to wait for and destroy: a wait refused says
+// that the Batcher cannot tell its work done, and the handle is the Batcher's until a destroy.
 func (b *Batcher) closeSide() error {
 	if b.side == 0 {
 		return nil
 	}
-	err := b.dev.StreamSynchronize(b.side)
-	if derr := b.dev.StreamDestroy(b.side); derr != nil {
-		return errors.Join(err, fmt.Errorf("copyengine: destroying its stream: %w", derr))
+	if err := b.dev.StreamSynchronize(b.side); err != nil {
+		return fmt.Errorf("copyengine: waiting for its stream (kept for a later Close): %w", err)
+	}
+	if err := b.dev.StreamDestroy(b.side); err != nil {
+		return fmt.Errorf("copyengine: destroying its stream: %w", err)
 	}
 	for _, st := range b.lost { // its handle may name another stream later
 		st.gone = st.gone || st.on == b.side
 	}
 	b.side = 0
-	return err
+	return nil
 }
