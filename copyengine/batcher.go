@@ -8,6 +8,7 @@ package copyengine
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/pinmalloc/pinmalloc/cuda"
@@ -262,9 +263,11 @@ func (b *Batcher) Close() error {
 
 // unload unloads the gather kernel once no lost launch (lose) may still run it: while one may,
 // the module stays loaded, as its staging buffer stays allocated, and the Close that frees the
-// last such buffer unloads it. A module the driver refuses to unload stays, for a later Close.
+// last such buffer unloads it. A buffer retired on a synchronize of its launch's stream handle
+// alone (stage.byHandle) counts until its free: the handle may name another stream by then. A
+// module the driver refuses to unload stays, for a later Close.
 func (b *Batcher) unload() error {
-	if b.mod == 0 || len(b.lost) != 0 {
+	if b.mod == 0 || len(b.lost) != 0 || slices.ContainsFunc(b.retired, func(st *stage) bool { return st.byHandle }) {
 		return nil
 	}
 	if err := b.dev.ModuleUnload(b.mod); err != nil {

@@ -41,6 +41,10 @@ type stage struct {
 	busy bool            // ev was recorded and may not have completed
 	on   icuda.Stream    // lost (lose): the stream the launch that may still read it was queued on
 	gone bool            // lost: on was destroyed (the side stream, by Close); the context confirms
+	// byHandle: lost, then retired on a synchronize of on (waitLost), which names another
+	// stream once on is destroyed and its handle given to a new one (by any binding): only the
+	// buffer's free, which synchronizes the context, confirms its launch done.
+	byHandle bool
 }
 
 // stage returns a staging buffer for n jobs that no launch in flight reads: the least recently
@@ -135,7 +139,7 @@ func (b *Batcher) freeStage(st *stage) error {
 		if err := b.dev.MemFreeHost(st.host); err != nil {
 			errs = append(errs, err)
 		} else {
-			st.host = 0
+			st.host, st.byHandle = 0, false // the free synchronized the context: its launch is done
 		}
 	}
 	return errkind.Once(errs...) // a fault refuses both alike: said once
@@ -178,6 +182,7 @@ func (b *Batcher) freeLost() error {
 			kept = append(kept, st)
 			continue
 		}
+		st.byHandle = true
 		b.retired = append(b.retired, st)
 	}
 	clear(b.lost[len(kept):])
