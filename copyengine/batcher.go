@@ -168,7 +168,8 @@ func (b *Batcher) Calibration() (*Calibration, error) {
 // is a stream of another device (or of another CUDA context), whatever the method, before
 // anything is queued: the kernel cannot run there, and a copy there would not be the Batcher's
 // device's. A stream is asked its context (cuStreamGetCtx) when it is not among the last
-// eight Copy accepted, or a stream was destroyed through package cuda since. A
+// eight Copy accepted, or a stream was destroyed through package cuda since, or the driver
+// refused a handle in a Copy since (a stream destroyed through another binding). A
 // stream that is capturing a CUDA graph (or the legacy stream while a blocking stream captures)
 // is refused with an error matching cuda.ErrCapturing, before anything is queued: a batch's
 // staging buffer and fences are the Batcher's, reused by the next Copy, and a graph would use
@@ -216,7 +217,7 @@ func (b *Batcher) copyLocked(jobs []Job, s cuda.Stream) error {
 	default:
 		err = b.perCopy(jobs, s)
 	}
-	return err
+	return b.refused(s, err)
 }
 
 // Close waits for the launches that read the Batcher's staging buffers, frees them, unloads the

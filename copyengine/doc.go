@@ -68,9 +68,10 @@
 // copy methods would queue the batch on another device's stream. A stream's context is asked
 // (cuStreamGetCtx) when Copy is given a stream not among the last eight it accepted, or after
 // a stream was destroyed through package cuda (its handle may go to another device's stream);
-// a stream destroyed through another binding, its handle given to another device's stream, can
-// go unnoticed (the launch then fails with the driver's error, and a copy method queues the
-// batch there). A stream capturing a CUDA
+// a stream destroyed through another binding is not seen so: where the driver then refuses the
+// handle (no stream has it, or the launch on another device's stream given it), Copy's error
+// matches ErrInvalidStream and the stream is asked again at the next Copy, but a copy method
+// queues the batch on another device's stream given the handle. A stream capturing a CUDA
 // graph (cuStreamBeginCapture), or the legacy stream while a blocking stream captures, is
 // refused with an error matching cuda.ErrCapturing before anything is queued: the staging
 // buffers and fences of a batch are the Batcher's, reused by the next Copy, and a graph would

@@ -11,6 +11,7 @@ import (
 	"github.com/pinmalloc/pinmalloc"
 	"github.com/pinmalloc/pinmalloc/cuda"
 	icuda "github.com/pinmalloc/pinmalloc/internal/cuda"
+	"github.com/pinmalloc/pinmalloc/internal/errkind"
 	"github.com/pinmalloc/pinmalloc/internal/streamq"
 )
 
@@ -53,8 +54,9 @@ func (c *checked) add(s cuda.Stream, destroy uint64) {
 // Batcher's (another device's stream), or a handle the driver does not know, before anything
 // is queued: the kernel's launch there fails, and a copy there would be ordered on another
 // device's stream. The legacy stream, every context's, is not asked about. The streams
-// accepted are remembered (checked), until a stream is destroyed through package cuda: a Copy
-// on one of them costs an atomic load and no driver call. A driver without cuStreamGetCtx
+// accepted are remembered (checked), until a stream is destroyed through package cuda, or the
+// driver refuses a handle in a Copy (refused): a Copy on one of them costs an atomic load and
+// no driver call. A driver without cuStreamGetCtx
 // takes the stream on trust. b.mu is held.
 func (b *Batcher) checkStream(s cuda.Stream) error {
 	if streamq.DefaultStream(streamq.Stream(s)) {
@@ -77,6 +79,25 @@ func (b *Batcher) checkStream(s cuda.Stream) error {
 	}
 	b.checked.add(s, destroy)
 	return nil
+}
+
+// refused returns err, the error of a Copy on stream s, made to match ErrInvalidStream too when
+// the driver refused a handle (CUDA_ERROR_INVALID_HANDLE) and s is no stream of the Batcher's
+// context any more: checkStream remembered it, and it was destroyed since through another
+// binding than package cuda (whose destroys icuda.StreamDestroys counts), its handle unused or
+// given to another device's stream. The streams remembered are forgotten and s is asked again,
+// so that a later Copy on it is refused before anything is queued. It costs nothing but on that
+// error. b.mu is held.
+func (b *Batcher) refused(s cuda.Stream, err error) error {
+	if err == nil || !errors.Is(err, pinmalloc.ErrInvalidHandle) || streamq.DefaultStream(streamq.Stream(s)) {
+		return err
+	}
+	b.checked.n = 0
+	if cerr := b.checkStream(s); !errors.Is(cerr, ErrInvalidStream) {
+		return err // s is still the context's: the refusal was of another handle
+	}
+	return errkind.Wrapf("copyengine: ", err, "%w: stream %#x, no stream of CUDA device %d since the Batcher checked it "+
+		"(destroyed through another binding than package cuda)", ErrInvalidStream, s, b.dev.Ordinal())
 }
 
 // lowPriority creates the side stream at the device's least priority.

@@ -34,3 +34,9 @@ func (d *Driver) MemSetAccess(*cuda.Device, cuda.DevicePtr, uintptr, ...Access) 
 
 // MemRelease needs cgo.
 func (d *Driver) MemRelease(*cuda.Device, cuda.MemHandle) error { return errNoCgo }
+
+// ForeignStreamCreate needs cgo.
+func (d *Driver) ForeignStreamCreate(*cuda.Device) (cuda.Stream, error) { return 0, errNoCgo }
+
+// ForeignStreamDestroy needs cgo.
+func (d *Driver) ForeignStreamDestroy(*cuda.Device, cuda.Stream) error { return errNoCgo }

@@ -39,6 +39,13 @@ static int raw_create(uintptr_t fn, unsigned long long *h, size_t size, int lt, 
 	return ((int (*)(unsigned long long *, size_t, const rawProp *, unsigned long long))fn)(h, size, &p, 0);
 }
 static int raw_release(uintptr_t fn, unsigned long long h) { return ((int (*)(unsigned long long))fn)(h); }
+static int raw_streamCreate(uintptr_t fn, uintptr_t *s, unsigned f) {
+	void *q = 0;
+	int r = ((int (*)(void **, unsigned))fn)(&q, f);
+	*s = (uintptr_t)q;
+	return r;
+}
+static int raw_streamDestroy(uintptr_t fn, uintptr_t s) { return ((int (*)(void *))fn)((void *)s); }
 static int raw_granularity(uintptr_t fn, size_t *g, int lt, int lid) {
 	rawProp p = {0};
 	p.type = 1; p.location.type = lt; p.location.id = lid;
@@ -125,4 +132,26 @@ func (d *Driver) MemSetAccess(dev *cuda.Device, p cuda.DevicePtr, size uintptr, 
 	return dev.Do(func() error {
 		return result(C.raw_access(fn, C.ulonglong(p), C.size_t(size), &desc[0], C.size_t(len(acc))))
 	})
+}
+
+// ForeignStreamCreate calls cuStreamCreate (non-blocking) on dev's context, and
+// ForeignStreamDestroy cuStreamDestroy_v2, as another binding of the driver would: package cuda
+// neither counts the stream among dev's nor sees its destroy (cuda.StreamDestroys).
+func (d *Driver) ForeignStreamCreate(dev *cuda.Device) (cuda.Stream, error) {
+	fn, err := d.sym("cuStreamCreate")
+	if err != nil {
+		return 0, err
+	}
+	var s C.uintptr_t
+	err = dev.Do(func() error { return result(C.raw_streamCreate(fn, &s, 1)) })
+	return cuda.Stream(s), err
+}
+
+// ForeignStreamDestroy: see ForeignStreamCreate.
+func (d *Driver) ForeignStreamDestroy(dev *cuda.Device, s cuda.Stream) error {
+	fn, err := d.sym("cuStreamDestroy_v2")
+	if err != nil {
+		return err
+	}
+	return dev.Do(func() error { return result(C.raw_streamDestroy(fn, C.uintptr_t(s))) })
 }
