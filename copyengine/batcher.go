@@ -195,6 +195,19 @@ func (b *Batcher) copyLocked(jobs []Job, s cuda.Stream) error {
 	if err := b.checkStream(s); err != nil {
 		return err
 	}
+	return b.refused(s, b.queue(jobs, s))
+}
+
+// queue refuses stream s while a CUDA graph capture holds it, and else queues jobs there by the
+// method chosen. It holds the capture gate (icuda.HoldCaptureBegins) from its ask whether s
+// captures to the last driver call the answer allows: a capture begun through package cuda on
+// another goroutine meanwhile waits for it, so that the launch, the staging event and the
+// fences are s's work, never nodes of that capture's graph (which would read the staging
+// buffer, rewritten by the next Copy, at each of its launches). Under the gate it waits for
+// nothing but driver calls. b.mu is held.
+func (b *Batcher) queue(jobs []Job, s cuda.Stream) error {
+	icuda.HoldCaptureBegins()
+	defer icuda.ReleaseCaptureBegins()
 	if err := streamq.CaptureRefusal(b.dev, streamq.Stream(s)); err != nil {
 		return fmt.Errorf("copyengine: Copy refused: %w", err)
 	}
@@ -211,13 +224,11 @@ func (b *Batcher) copyLocked(jobs []Job, s cuda.Stream) error {
 	}
 	switch m {
 	case MethodKernel:
-		err = b.launch(jobs, s)
+		return b.launch(jobs, s)
 	case MethodBatchAPI:
-		err = b.batch(jobs, s)
-	default:
-		err = b.perCopy(jobs, s)
+		return b.batch(jobs, s)
 	}
-	return b.refused(s, err)
+	return b.perCopy(jobs, s)
 }
 
 // Close waits for the launches that read the Batcher's staging buffers, frees them, unloads the

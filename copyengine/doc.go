@@ -75,7 +75,10 @@
 // graph (cuStreamBeginCapture), or the legacy stream while a blocking stream captures, is
 // refused with an error matching cuda.ErrCapturing before anything is queued: the staging
 // buffers and fences of a batch are the Batcher's, reused by the next Copy, and a graph would
-// use them again at every launch.
+// use them again at every launch. A capture begun through package cuda on another goroutine
+// while a Copy queues its batch waits for that Copy (the capture gate); one begun by another
+// binding of the driver between Copy's check and its launch is not seen, and its graph takes
+// the batch.
 //
 // # Errors
 //
