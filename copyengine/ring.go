@@ -167,11 +167,16 @@ func (b *Batcher) lose(st *stage, on icuda.Stream) {
 // (captureSeen), neither on those streams, nor on the side stream, nor on the legacy stream,
 // which answers for any blocking stream's. A capture on a non-blocking stream the Batcher never
 // saw is not visible. Where it cannot confirm, the buffers stay lost and unfreed, and the error,
-// wrapping pinmalloc.ErrBusy and the reason, says how many: a later Close tries again.
+// wrapping pinmalloc.ErrBusy and the reason, says how many: a later Close tries again. It holds
+// the capture gate (icuda.HoldCaptureBegins) from its first look to its last synchronize, so
+// that a capture begun through package cuda on another goroutine meanwhile waits for it rather
+// than fall between a look and the synchronize it allows.
 func (b *Batcher) freeLost() error {
 	if len(b.lost) == 0 {
 		return nil
 	}
+	icuda.HoldCaptureBegins()
+	defer icuda.ReleaseCaptureBegins()
 	defer b.dev.RelaxCapture()()
 	var errs []error
 	kept := b.lost[:0]
