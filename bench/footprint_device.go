@@ -9,6 +9,7 @@ import (
 	pcuda "github.com/pinmalloc/pinmalloc/cuda"
 	"github.com/pinmalloc/pinmalloc/device"
 	"github.com/pinmalloc/pinmalloc/internal/cuda"
+	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
 )
 
 // footprintDeviceLatency measures what a device heap's idle purge costs the allocations that
@@ -20,7 +21,9 @@ import (
 // purge (PurgeDelay -1). The two run in turn, three times each; a percentile is the median of
 // its three runs. The case counts what the purging runs' bursts freed and what they gave back
 // while the churn was timed (freed_bytes_per_run, purged_bytes_per_run, and the heaps trimmed,
-// purges_per_run): the target needs purgeLatencyMinShare of the first given back.
+// purges_per_run): the target needs purgeLatencyMinShare of the first given back. On the fake
+// driver the case also records fakeDriverMetric: its device memory is host memory and its VMM
+// calls a cost model, so its target reads N/A.
 func footprintDeviceLatency(s *suite, dev *cuda.Device) []result {
 	const name = "pinmalloc-device"
 	if !s.cfg.implFilter.MatchString(name) {
@@ -31,6 +34,9 @@ func footprintDeviceLatency(s *suite, dev *cuda.Device) []result {
 		ops = 300_000
 	}
 	rs := resultSet{c: "footprint/device-latency", impl: name}
+	if fakecuda.IsFake(dev) {
+		rs.add(fakeDriverMetric, 1, "bool") // its target reads N/A (footprintTargets)
+	}
 	var freed, purges uint64
 	purged, errs := latencyRounds(&rs, func(purge bool) ([3]float64, uint64, error) {
 		q, r, err := deviceLatencyRun(dev, purge, ops)
