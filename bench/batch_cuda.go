@@ -223,21 +223,23 @@ func (c *batchSuite) batchRunner(method copyengine.Method, toHost bool, size uin
 }
 
 // targets (issue 9): the kernel at 48 GB/s or more each way for every block size, and 10 times
-// one copy per block at 4 KiB; N/A on the fake driver (its kernel is the CPU's memcpy).
+// one copy per block at 4 KiB, NOISY where the rounds of the bandwidths disagree by more than
+// the margin (noise.go); N/A on the fake driver (its kernel is the CPU's memcpy).
 func (c *batchSuite) targets(rs []result) []target {
 	var ts []target
 	for _, dir := range batchDirs {
 		for _, sz := range batchSizes {
 			c := "batch-" + dir + "/" + sizeName(sz)
 			k, ok := lookup(rs, c, "pinmalloc-kernel", "gbps")
-			ts = append(ts, ratio("kernel-"+dir+"/"+sizeName(sz), "pinmalloc-kernel GB/s / 48 >= 1 ("+c+")",
-				k, 48, ok, 1, false, fmt.Sprintf("pinmalloc-kernel %.2f GB/s", k)))
+			ts = append(ts, noiseOf(rs, ratio("kernel-"+dir+"/"+sizeName(sz), "pinmalloc-kernel GB/s / 48 >= 1 ("+c+")",
+				k, 48, ok, 1, false, fmt.Sprintf("pinmalloc-kernel %.2f GB/s", k)), [2]string{c, "pinmalloc-kernel"}))
 		}
 		c := "batch-" + dir + "/" + sizeName(4<<10)
 		k, ok1 := lookup(rs, c, "pinmalloc-kernel", "gbps")
 		p, ok2 := lookup(rs, c, "cuda-per-copy", "gbps")
-		ts = append(ts, ratio("kernel-vs-per-copy-"+dir+"/4KiB", "pinmalloc-kernel / cuda-per-copy gbps >= 10 ("+c+")",
-			k, p, ok1 && ok2, 10, false, fmt.Sprintf("pinmalloc-kernel %.2f GB/s, cuda-per-copy %.2f GB/s", k, p)))
+		ts = append(ts, noiseOf(rs, ratio("kernel-vs-per-copy-"+dir+"/4KiB", "pinmalloc-kernel / cuda-per-copy gbps >= 10 ("+c+")",
+			k, p, ok1 && ok2, 10, false, fmt.Sprintf("pinmalloc-kernel %.2f GB/s, cuda-per-copy %.2f GB/s", k, p)),
+			[2]string{c, "pinmalloc-kernel"}, [2]string{c, "cuda-per-copy"}))
 	}
 	if c.fake {
 		return onFakeDriver(ts)

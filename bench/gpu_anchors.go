@@ -238,7 +238,8 @@ type setupEntrant struct {
 
 // setupRounds times every entrant's set-up in rounds rounds, each running every entrant once in
 // an order that turns by one each round (as interleave does), and records the median of each
-// one's rounds as setup_ms; an entrant that fails records its error and leaves the rounds.
+// one's rounds as setup_ms, and their spread (round_spread, noise.go); an entrant that fails
+// records its error and leaves the rounds.
 func setupRounds(name string, es []setupEntrant, rounds int) []result {
 	ds := make([][]float64, len(es))
 	errs := make([]error, len(es))
@@ -262,6 +263,9 @@ func setupRounds(name string, es []setupEntrant, rounds int) []result {
 		if errs[i] != nil {
 			rs.fail(errs[i])
 		} else if len(ds[i]) > 0 {
+			if s := roundSpread(ds[i]); s > 0 {
+				rs.add("round_spread", s, "ratio")
+			}
 			rs.add("setup_ms", median(ds[i]), "ms")
 		}
 		out = append(out, rs.out...)

@@ -283,7 +283,8 @@ func (c *cudaSuite) copyRunner(dir string, d cuda.DevicePtr, size int, src hostS
 // targets (issue 19): the CUDAHost pool's pair 10,000 times faster than cuMemHostAlloc +
 // cuMemFreeHost, its copies at 0.95 of a cuMemHostAlloc buffer's bandwidth or better, and the
 // device heap's pair 10 times faster than cuMemAllocAsync + cuMemFreeAsync (5 before issue 19;
-// measured 13.9x at 4 KiB and 6.3x at 1 MiB on an H100).
+// measured 13.9x at 4 KiB and 6.3x at 1 MiB on an H100). Each compares figures taken in the
+// same rounds: one whose rounds disagree by more than its margin is NOISY (noise.go).
 // On the fake driver every one is N/A: its copies are memcpy and its calls a cost model.
 func (c *cudaSuite) targets(rs []result) []target {
 	var ts []target
@@ -295,7 +296,8 @@ func (c *cudaSuite) targets(rs []result) []target {
 			show = fmtNs
 		}
 		want := fmt.Sprintf("%s / %s %s >= %g (%s)", num, den, metric, limit, c)
-		ts = append(ts, ratio(name, want, a, b, ok1 && ok2, limit, false, num+" "+show(a)+", "+den+" "+show(b)))
+		ts = append(ts, noiseOf(rs, ratio(name, want, a, b, ok1 && ok2, limit, false, num+" "+show(a)+", "+den+" "+show(b)),
+			[2]string{c, num}, [2]string{c, den}))
 	}
 	for _, sz := range cudaPairSizes {
 		check("pool-vs-cuda-hostalloc/"+sizeName(sz), "cuda-pair/"+sizeName(sz), "ns_per_pair", "cuda-hostalloc", "pinmalloc-pool", 10000)

@@ -135,7 +135,11 @@ func (c *check) summary() string {
 	for _, ct := range c.Checks {
 		n[ct.Status]++
 	}
-	return fmt.Sprintf("%d checks passed, %d failed, %d N/A", n[pass], n[fail], n[na])
+	s := fmt.Sprintf("%d checks passed, %d failed, %d N/A", n[pass], n[fail], n[na])
+	if n[noisy] > 0 {
+		s += fmt.Sprintf(", %d too noisy to grade (NOISY: retake on a quiet machine)", n[noisy])
+	}
+	return s
 }
 
 // mdCell keeps a table cell on one line, its pipes escaped.

@@ -58,6 +58,16 @@ func judgeNoise(t target, rs []result, used, adj map[[2]string]bool) target {
 	return t
 }
 
+// noiseOf is judgeNoise for a target built outside evaluateTargets from the figures of keys
+// (case and allocator), taken raw: the GPU suites' ratios of timings taken in rounds.
+func noiseOf(rs []result, t target, keys ...[2]string) target {
+	used := map[[2]string]bool{}
+	for _, k := range keys {
+		used[k] = true
+	}
+	return judgeNoise(t, rs, used, nil)
+}
+
 // margin is how far a ratio lies from its limit, as a factor of at least 1.
 func margin(t target) float64 {
 	if t.Ratio > t.Limit {

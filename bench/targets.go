@@ -274,7 +274,9 @@ var issue26Targets = func() []string {
 // anchorTargets checks the anchors' targets on the cuda suite's results. CUDA's host pool is
 // the stronger of the two measured on each case (cuda-hostpool at HOST_NUMA, cuda-hostpool-host
 // at HOST: the faster pair or set-up, the higher bandwidth), as a user would pick it; a target is
-// N/A only where the driver makes neither (their rows say why).
+// N/A only where the driver makes neither (their rows say why). The pairs, copies and set-ups
+// are timed in rounds beside the pool's: a target whose rounds disagree by more than its margin
+// is NOISY (noise.go).
 func anchorTargets(rs []result) []target {
 	var ts []target
 	show := func(metric string, v float64) string {
@@ -316,7 +318,7 @@ func anchorTargets(rs []result) []target {
 		if poolOver {
 			num, den, detail = p, h, "pinmalloc-pool "+show(metric, p)+", "+who+" "+show(metric, h)
 		}
-		t := ratio(name, want, num, den, okP && okH, limit, false, detail)
+		t := noiseOf(rs, ratio(name, want, num, den, okP && okH, limit, false, detail), [2]string{c, "pinmalloc-pool"}, [2]string{c, who})
 		if lacking != "" {
 			t.Status, t.Ratio, t.Detail = notApplicable, 0, lacking
 		}
