@@ -274,7 +274,8 @@ var issue26Targets = func() []string {
 // anchorTargets checks the anchors' targets on the cuda suite's results. CUDA's host pool is
 // the stronger of the two measured on each case (cuda-hostpool at HOST_NUMA, cuda-hostpool-host
 // at HOST: the faster pair or set-up, the higher bandwidth), as a user would pick it; a target is
-// N/A only where the driver makes neither (their rows say why). The pairs, copies and set-ups
+// N/A only where the driver makes neither (their rows say why), and UNMEASURED where one ran and
+// failed or left no figure (the stronger is then unknown). The pairs, copies and set-ups
 // are timed in rounds beside the pool's: a target whose rounds disagree by more than its margin
 // is NOISY (noise.go).
 func anchorTargets(rs []result) []target {
@@ -289,28 +290,38 @@ func anchorTargets(rs []result) []target {
 		return fmt.Sprintf("%.1f ms", v)
 	}
 	// bestPool returns the stronger host pool's figure on case c and its name; lacking, the notes
-	// of the host pools the driver does not make, when it makes neither.
-	bestPool := func(c, metric string) (v float64, who string, ok bool, lacking string) {
-		var notes []string
+	// of the host pools the driver does not make, when it makes neither; unknown, why the stronger
+	// is not known: a pool that ran on c and failed (but for lacking), or left no figure above zero.
+	bestPool := func(c, metric string) (v float64, who string, ok bool, lacking, unknown string) {
+		var notes, broken []string
 		for _, im := range []string{hostPoolName, hostPoolHostName} {
-			if x, found := lookup(rs, c, im, metric); found && x > 0 {
+			e, failed := failure(rs, c, im)
+			switch x, found := lookup(rs, c, im, metric); {
+			case found && x > 0:
 				if !ok || (metric == "gbps") == (x > v) {
 					v, who, ok = x, im, true
 				}
-			} else if e, failed := failure(rs, c, im); failed && strings.HasPrefix(e, noHostPools) {
+			case failed && strings.HasPrefix(e, noHostPools):
 				notes = append(notes, im+": "+e)
+			case failed:
+				broken = append(broken, im+" failed on "+c+": "+e)
+			case hasResult(rs, c, im):
+				broken = append(broken, fmt.Sprintf("%s has no %s above zero on %s", im, metric, c))
 			}
 		}
 		if !ok && len(notes) == 2 {
 			lacking = strings.Join(notes, "; ")
 		}
-		return v, who, ok, lacking
+		if len(broken) > 0 {
+			unknown = "not measured: " + strings.Join(broken, "; ") + " (the stronger host pool is not known)"
+		}
+		return v, who, ok, lacking, unknown
 	}
 	// check builds a target from the pool's figure and the host pool's: num/den >= limit, the
 	// pool's figure the numerator when poolOver.
 	check := func(name, c, metric string, poolOver bool, limit float64, want string) {
 		p, okP := lookup(rs, c, "pinmalloc-pool", metric)
-		h, who, okH, lacking := bestPool(c, metric)
+		h, who, okH, lacking, unknown := bestPool(c, metric)
 		if who == "" {
 			who = hostPoolName
 		}
@@ -319,7 +330,10 @@ func anchorTargets(rs []result) []target {
 			num, den, detail = p, h, "pinmalloc-pool "+show(metric, p)+", "+who+" "+show(metric, h)
 		}
 		t := noiseOf(rs, ratio(name, want, num, den, okP && okH, limit, false, detail), [2]string{c, "pinmalloc-pool"}, [2]string{c, who})
-		if lacking != "" {
+		switch {
+		case unknown != "":
+			t.Status, t.Ratio, t.Spread, t.Detail = unmeasured, 0, 0, unknown
+		case lacking != "":
 			t.Status, t.Ratio, t.Detail = notApplicable, 0, lacking
 		}
 		ts = append(ts, t)
