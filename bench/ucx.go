@@ -161,6 +161,9 @@ func ucxBench(cfg *config) int {
 		fmt.Fprintln(os.Stderr, "bench -ucx:", err)
 		return 1
 	}
+	if b.perftest == "" {
+		fmt.Fprintln(os.Stderr, "bench -ucx: no ucx_perftest on the PATH (Debian's ucx-utils): the rows against it are not measured")
+	}
 	rows, failed := runUCXSteps(context.Background(), b.filter, b.steps(), limit)
 	return finishUCX(os.Stdout, os.Stderr, cfg, tls, rows, failed)
 }
@@ -610,6 +613,11 @@ func printUCX(w io.Writer, tls, load string, rows []ucxRow) {
 		if r.Like > 0 {
 			like, likeR = fmt.Sprintf("%.0f", r.Like), fmt.Sprintf("%.2f [%s]", r.LikeR, spread(r.Rounds.LikeRatio, 2))
 		}
-		fmt.Fprintf(w, "| %s | %.0f | %.0f | %.0f | %.2f [%s] | %s | %s | %s |\n", r.Case, r.Remote, r.RMA, r.Other, r.Ratio, spread(r.Rounds.Ratio, 2), like, likeR, r.Detail)
+		// A competitor with no figure (ucx_perftest not installed) is no ratio of 0.
+		other, ratio := "not measured", ""
+		if r.Other > 0 && r.Ratio > 0 {
+			other, ratio = fmt.Sprintf("%.0f", r.Other), fmt.Sprintf("%.2f [%s]", r.Ratio, spread(r.Rounds.Ratio, 2))
+		}
+		fmt.Fprintf(w, "| %s | %.0f | %.0f | %s | %s | %s | %s | %s |\n", r.Case, r.Remote, r.RMA, other, ratio, like, likeR, r.Detail)
 	}
 }
