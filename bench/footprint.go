@@ -349,7 +349,8 @@ const purgeLatencyMinShare = 0.5
 // purge on within 2x of it with none. The purge must have worked while the churn was timed:
 // given back (purged_bytes_per_run) at least purgeLatencyMinShare of what the case freed for
 // it (freed_bytes_per_run); otherwise the side with the purge ran next to none, and the target
-// is UNMEASURED, saying so.
+// is UNMEASURED, saying so. Where the runs' own ratios disagree by more than the margin to the
+// limit it is NOISY (noise.go).
 func purgeLatencyTarget(rs []result, name, c, im, want string) target {
 	pu, ok1 := lookup(rs, c, im, "alloc_p99_ns_purging")
 	np, ok2 := lookup(rs, c, im, "alloc_p99_ns_no_purge")
@@ -359,7 +360,7 @@ func purgeLatencyTarget(rs []result, name, c, im, want string) target {
 	freed, ok3 := lookup(rs, c, im, "freed_bytes_per_run")
 	purged, ok4 := lookup(rs, c, im, "purged_bytes_per_run")
 	work := fmt.Sprintf("purged %.1f MiB a run of %.1f MiB freed", purged/(1<<20), freed/(1<<20))
-	t := ratio(name, want, pu, np, ok1 && ok2, 2, true, work+"; "+detail)
+	t := noiseOf(rs, ratio(name, want, pu, np, ok1 && ok2, 2, true, work+"; "+detail), [2]string{c, im})
 	t = explained(rs, t, [2]string{c, im})
 	if ok1 && ok2 && !(ok3 && ok4 && freed > 0 && purged >= purgeLatencyMinShare*freed) {
 		why := work

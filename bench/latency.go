@@ -4,8 +4,9 @@ import "slices"
 
 // latencyRounds runs a latency case's six runs, with the purge on and off in turn (run's
 // argument), and adds to rs the median over each side's three runs of each of the p50, p99
-// and p99.9 of Alloc times run returns, as alloc_<pct>_ns_purging and alloc_<pct>_ns_no_purge.
-// It returns what the runs counted besides (bytes or heaps purged), summed, and their errors.
+// and p99.9 of Alloc times run returns, as alloc_<pct>_ns_purging and alloc_<pct>_ns_no_purge,
+// and the spread of the p99 ratios of the runs taken one after the other (round_spread, the
+// noise check's: noise.go). It returns what the runs counted besides (bytes or heaps purged), summed, and their errors.
 func latencyRounds(rs *resultSet, run func(purge bool) ([3]float64, uint64, error)) (counted uint64, errs []error) {
 	runs := map[bool][][3]float64{}
 	for round := range 6 {
@@ -31,6 +32,15 @@ func latencyRounds(rs *resultSet, run func(purge bool) ([3]float64, uint64, erro
 			slices.Sort(vs)
 			rs.add("alloc_"+pct+"_ns_"+name, vs[len(vs)/2], "ns")
 		}
+	}
+	var ratios []float64 // a purging run's p99 over that of the run without a purge after it
+	for i, q := range runs[true] {
+		if no := runs[false][i][1]; no > 0 {
+			ratios = append(ratios, q[1]/no)
+		}
+	}
+	if s := roundSpread(ratios); s > 0 && len(ratios) == len(runs[true]) {
+		rs.add("round_spread", s, "ratio")
 	}
 	return counted, nil
 }
