@@ -46,6 +46,7 @@
 package cudatest
 
 import (
+	"errors"
 	"fmt"
 	"runtime"
 	"strings"
@@ -135,6 +136,11 @@ func canBuild() error {
 		return fmt.Errorf("the fake driver runs on linux only, not %s", runtime.GOOS)
 	}
 	if err := fakecuda.Available(); err != nil {
+		// fakecuda's error says "no C compiler" in its own words: this says it once, in
+		// cudatest's, wrapping the lookup's cause (exec: "gcc": executable file not found).
+		if cause := errors.Unwrap(err); cause != nil {
+			err = cause
+		}
 		return fmt.Errorf("no C compiler to build the fake CUDA driver (install gcc, or set CC) and no prebuilt one (%s): %w", fakecuda.PrebuiltEnv, err)
 	}
 	return nil
