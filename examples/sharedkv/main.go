@@ -40,8 +40,8 @@ const (
 
 func main() {
 	ops := flag.Int("ops", 400, "operations before and after the restart")
-	valueSize := flag.Int("value", 4096, "value size in bytes")
-	keys := flag.Int("keys", 32, "distinct keys")
+	valueSize := flag.Int("value", 4096, "value size in bytes, 2048 to 65536")
+	keys := flag.Int("keys", 32, "distinct keys (their values together at most 2 MiB)")
 	seed := flag.Uint64("seed", 1, "random seed")
 	flag.Usage = func() {
 		fmt.Fprint(flag.CommandLine.Output(), `usage: sharedkv [flags]
@@ -59,6 +59,10 @@ prints what happened. It runs as an ordinary user under an 8 MiB memlock limit.
 	flag.Parse()
 	if role := runRole(); role >= 0 {
 		os.Exit(role)
+	}
+	if err := checkFlags(*valueSize, *ops, *keys); err != nil {
+		fmt.Fprintln(os.Stderr, "sharedkv:", err)
+		os.Exit(2)
 	}
 	interrupted := stopOnInterrupt()
 	err := run(os.Stdout, *valueSize, *ops, *keys, *seed)

@@ -318,7 +318,16 @@ func (s *store) memoryFlowsBack() error {
 }
 
 // staleRefused writes a new version of a key and reads the old version's handle: refused.
+// Where no value is left (few -ops, the ones there were written by the killed worker or let go
+// by worker 0), it writes one first.
 func (s *store) staleRefused() error {
+	if len(s.index) == 0 {
+		e, err := s.write(s.alive[0], 0, s.valueSize)
+		if err != nil {
+			return err
+		}
+		s.index[0] = e
+	}
 	for k, old := range s.index {
 		e, err := s.write(s.alive[1], k, s.valueSize)
 		if err != nil {
