@@ -24,7 +24,8 @@
 // A Pool is goroutine-safe: any goroutine may allocate, and any goroutine may free any buffer.
 // Buffers come from a mimalloc-style heap (package heap) over an arena of locked host memory
 // (mmap + mlock) by default, so allocation and free cost nanoseconds and make no system call in
-// steady state, where mmap+mlock per buffer costs microseconds and cudaHostAlloc a millisecond.
+// steady state, where mmap+mlock per buffer costs microseconds and cudaHostAlloc with its free
+// 3 µs at 4 KiB to 10 ms at 16 MiB (an H200: bench/results/nvidia-h200.md).
 //
 // # Streams
 //
