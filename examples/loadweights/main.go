@@ -200,12 +200,12 @@ func run(args []string, out io.Writer) (err error) {
 	}
 
 	ps := pool.Stats()
-	fmt.Fprintf(out, "loaded %d MiB in %d chunks (O_DIRECT: %s) with %d workers: %.0f MiB/s\n",
-		st.Size()>>20, nchunks, yesNo(direct), *workers, float64(st.Size())/(1<<20)/elapsed.Seconds())
-	fmt.Fprintf(out, "pool (%s): at most %d buffers live at once, peak committed %.1f MiB (live buffers "+
-		"and freed ones kept for reuse) for a %d MiB file\n"+
+	fmt.Fprintf(out, "loaded %s in %d chunks (O_DIRECT: %s) with %d workers: %s/s\n",
+		amount(st.Size()), nchunks, yesNo(direct), *workers, amount(int64(float64(st.Size())/elapsed.Seconds())))
+	fmt.Fprintf(out, "pool (%s): at most %d buffers live at once, peak committed %s (live buffers "+
+		"and freed ones kept for reuse) for a %s file\n"+
 		"  (bound: %d in flight + %d workers + 1 being read = %d buffers of %d KiB, %.1f MiB); %d allocs, %d frees\n",
-		ps.Backend, maxLive.Load(), mib(ps.PeakCommitted), st.Size()>>20,
+		ps.Backend, maxLive.Load(), amount(int64(ps.PeakCommitted)), amount(st.Size()),
 		*inFlight, *workers, maxBufs, *chunkSize>>10, mib(uint64(maxBufs)*uint64(*chunkSize)), ps.Allocs, ps.Frees)
 	if maxLive.Load() > int64(maxBufs) {
 		return fmt.Errorf("%d buffers were live at once, more than the %d the pipeline allows", maxLive.Load(), maxBufs)
