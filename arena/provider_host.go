@@ -3,6 +3,7 @@ package arena
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -513,19 +514,34 @@ func (h *HostProvider) Zero(addr, size uintptr) error {
 // memlockError explains a failed mlock: the limit in force, how much this provider holds
 // locked, and how to raise it.
 func (h *HostProvider) memlockError(size uintptr, err error) error {
-	var lim unix.Rlimit
-	limit := "unknown"
-	if unix.Getrlimit(unix.RLIMIT_MEMLOCK, &lim) == nil {
-		limit = fmt.Sprintf("soft %s, hard %s", fmtLimit(lim.Cur), fmtLimit(lim.Max))
-	}
 	if !errors.Is(err, unix.ENOMEM) && !errors.Is(err, unix.EPERM) && !errors.Is(err, unix.EAGAIN) {
 		return fmt.Errorf("%w: mlock %d bytes: %w", ErrCommit, size, err)
 	}
+	var lim unix.Rlimit
+	limit, advice := "unknown", memlockAdvice(nil)
+	if unix.Getrlimit(unix.RLIMIT_MEMLOCK, &lim) == nil {
+		limit, advice = fmt.Sprintf("soft %s, hard %s", fmtLimit(lim.Cur), fmtLimit(lim.Max)), memlockAdvice(&lim)
+	}
 	return fmt.Errorf("%w: mlock of %d bytes failed (%w) with RLIMIT_MEMLOCK %s and %d bytes "+
-		"already locked by this provider; raise the limit with `ulimit -l unlimited` (or a size in "+
-		"KiB), LimitMEMLOCK=infinity in the systemd unit, `--ulimit memlock=-1` for docker, or give "+
-		"the process CAP_IPC_LOCK; or use the pageable backend",
-		ErrMemlock, size, err, limit, h.lockedBytes.Load())
+		"already locked by this provider; %s; or use the pageable backend",
+		ErrMemlock, size, err, limit, h.lockedBytes.Load(), advice)
+}
+
+// memlockAdvice says how the memlock limit lim (nil: unknown) can be raised. Below its hard
+// limit, the soft one is the user's to raise with ulimit -l; at it, only root can (an ordinary
+// user's ulimit -l then fails), or the service's or container's settings, or CAP_IPC_LOCK.
+func memlockAdvice(lim *unix.Rlimit) string {
+	const byRoot = "LimitMEMLOCK=infinity in the systemd unit, `--ulimit memlock=-1` for docker, " +
+		"memlock in /etc/security/limits.conf, or give the process CAP_IPC_LOCK"
+	switch {
+	case lim == nil:
+		return "raise the limit with `ulimit -l unlimited` (or a size in KiB), " + byRoot
+	case lim.Cur < lim.Max:
+		return fmt.Sprintf("raise the soft limit up to the hard one with `ulimit -l %s`, or the hard one: %s",
+			strings.TrimSuffix(fmtLimit(lim.Max), " KiB"), byRoot)
+	}
+	return "the soft limit is the hard one, which only root raises (`ulimit -l` as an ordinary user " +
+		"fails): " + byRoot
 }
 
 func fmtLimit(v uint64) string {
