@@ -38,7 +38,9 @@ var (
 	// error says how much was asked, how much is free, and how much pinmalloc has committed),
 	// or the driver had no memory for an event to check a stream new to the heap with (a call
 	// on that stream: nothing done; the error says "no event to ask stream ... with"; the
-	// driver's other refusals of that event match pinmalloc.ErrRefused).
+	// driver's other refusals of that event match pinmalloc.ErrRefused), or for the point a
+	// wait records in the legacy stream (Trim: "no event to record a point with", matching
+	// pinmalloc.ErrRefused too).
 	ErrOutOfMemory = pinmalloc.ErrOutOfMemory
 )
 

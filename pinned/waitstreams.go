@@ -23,7 +23,9 @@ import (
 // freed, its free done or still waiting for its streams or holds (ErrDoubleFree), a stream the
 // driver refuses (ErrInvalidStream; when it refused the handle, the buffers deferred on that
 // stream wait for a synchronize of the context from then on, as if a reclaim had found it so),
-// a stream capturing a CUDA graph, which no wait may touch, or, for a destroyed stream found
+// an event the driver cannot make for the point a wait on the legacy stream records (ErrRefused,
+// ErrOutOfMemory when memory ran out: the stream was not asked, and nothing waited for), a stream
+// capturing a CUDA graph, which no wait may touch, or, for a destroyed stream found
 // refused, a capture on any stream the pool knows, which the synchronize of the context would
 // end (matching cuda.ErrCapturing only: wait again once the capture has ended), a released
 // pool (ErrClosed).

@@ -154,7 +154,7 @@ func (ls *Lists[T]) pointFor(l *List[T]) (idle bool, ev Event, borrowed, quiet b
 	}
 	var held bool
 	if ev, held, err = p.mark(l.s); err != nil || held {
-		if err != nil {
+		if err != nil && !errors.Is(err, ErrNoEvent) { // that one says "event" already
 			err = fmt.Errorf("event: %w", err)
 		}
 		return false, 0, false, false, err

@@ -24,10 +24,11 @@ import (
 // Points records events of one device (its context), from a pool: a stream of another device,
 // or a handle the driver does not know, is refused at the first record.
 
-// ErrNoEvent is Check's error when the driver could not make an event to record in the
-// stream (cuEventCreate refused): the stream was not asked, and is not the cause. It is a
-// refusal of the driver (pinmalloc.ErrRefused); the driver's own error, kept, matches
-// pinmalloc.ErrOutOfMemory when memory ran out.
+// ErrNoEvent is the error of Check, and of every point recorded (Mark, WaitPoint, a poll's),
+// when the driver could not make an event to record in the stream (cuEventCreate refused): the
+// stream was not asked, and is not the cause. It is a refusal of the driver
+// (pinmalloc.ErrRefused); the driver's own error, kept, matches pinmalloc.ErrOutOfMemory when
+// memory ran out.
 var ErrNoEvent = errkind.New(pinmalloc.ErrRefused, "no event")
 
 // Event is a point recorded in a stream; 0 is none.
@@ -141,7 +142,8 @@ func (p *Points) sameContext(s Stream) error {
 
 // Mark records a point in s, after everything queued on it so far. The caller owns it until
 // it puts it back (Put). A stream a capture holds (Capturing) is refused: an error matching
-// pinmalloc.ErrCapturing.
+// pinmalloc.ErrCapturing. An event the driver cannot make leaves s unasked: an error matching
+// ErrNoEvent, and the driver's.
 func (p *Points) Mark(s Stream) (Event, error) {
 	cuda.HoldCaptureBegins()
 	defer cuda.ReleaseCaptureBegins()
@@ -158,10 +160,11 @@ func (p *Points) Mark(s Stream) (Event, error) {
 // mark is Mark of a stream the caller has found no capture holds, with the capture gate held
 // (capture.go). The record asks the driver again, before and after it: held reports a capture
 // begun meanwhile by code that does not wait for the gate, and no point (the event, which the
-// capture may have taken, left to the pool, which lets it go).
+// capture may have taken, left to the pool, which lets it go). An event the driver cannot make
+// is ErrNoEvent (Mark).
 func (p *Points) mark(s Stream) (ev Event, held bool, err error) {
 	if ev, err = p.events.Get(); err != nil {
-		return 0, false, err
+		return 0, false, fmt.Errorf("%w to record a point with: %w", ErrNoEvent, err)
 	}
 	return p.record(ev, s)
 }
@@ -309,7 +312,8 @@ func (p *Points) WaitStream(s Stream) error {
 // for a default stream, every blocking stream's earlier work (seen by the caller or not), as
 // its own operations wait for it, but not non-blocking streams' (whose work a free on the
 // default stream comes after only through the events that stream waits for, which the point
-// waits for too).
+// waits for too). An event the driver cannot make waits for nothing: an error matching
+// ErrNoEvent (Mark).
 func (p *Points) WaitPoint(s Stream) error {
 	ev, err := p.Mark(s)
 	if err != nil {
