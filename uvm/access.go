@@ -68,7 +68,7 @@ func (t *Tier) Acquire(h Handle, s cuda.Stream, m Mode) (cuda.DevicePtr, error) 
 		t.timeAcquire(start, t.st.Misses != misses) // latency.go
 	}
 	t.unlock("Acquire")
-	return p, err
+	return p, faulted(err)
 }
 
 // AcquireContext is Acquire, except that when every evictable byte is acquired
@@ -97,7 +97,7 @@ func (t *Tier) AcquireContext(ctx context.Context, h Handle, s cuda.Stream, m Mo
 		}
 		if err == nil || !errors.Is(err, ErrAllPinned) {
 			t.mu.Unlock()
-			return p, err
+			return p, faulted(err)
 		}
 		if t.wake == nil {
 			t.wake = make(chan struct{})
@@ -220,7 +220,10 @@ func (t *Tier) waitReady(id BlockID, b *block, s cuda.Stream, restored bool) err
 // refused with an error matching cuda.ErrCapturing: the use goes on; release it again once the
 // capture has ended, and the tier then waits for the device, not for whatever stream has s's
 // handle by then.
-func (t *Tier) Release(h Handle, s cuda.Stream) error {
+func (t *Tier) Release(h Handle, s cuda.Stream) error { return faulted(t.releaseUse(h, s)) }
+
+// releaseUse is Release, its error not yet made to match ErrDeviceFault.
+func (t *Tier) releaseUse(h Handle, s cuda.Stream) error {
 	t.mu.Lock()
 	defer t.unlock("Release")
 	id, b, err := t.lookup(h)

@@ -172,7 +172,10 @@ func (t *Tier) Alloc(n int) (Handle, error) {
 // the Free of a block acquired on a stream the driver refuses (destroyed without ForgetStream)
 // while a capture holds a stream the tier knows: the synchronize of the device that would wait
 // for the work queued there would end that capture (see Release).
-func (t *Tier) Free(h Handle) error {
+func (t *Tier) Free(h Handle) error { return faulted(t.freeHandle(h)) }
+
+// freeHandle is Free, its error not yet made to match ErrDeviceFault.
+func (t *Tier) freeHandle(h Handle) error {
 	t.mu.Lock()
 	defer t.unlock("Free")
 	id, b, err := t.lookup(h)

@@ -239,7 +239,7 @@ func (t *Tier) Sync() error {
 	if t.closed {
 		return ErrClosed
 	}
-	return t.drain()
+	return faulted(t.drain())
 }
 
 // drain waits for every stream with batches in flight and finishes them; a stream the driver

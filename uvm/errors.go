@@ -1,6 +1,8 @@
 package uvm
 
 import (
+	"errors"
+
 	"github.com/pinmalloc/pinmalloc"
 	"github.com/pinmalloc/pinmalloc/internal/errkind"
 )
@@ -42,7 +44,9 @@ var (
 	ErrInvalidStream = errkind.New(pinmalloc.ErrInvalidStream, "uvm: invalid stream")
 	// ErrDeviceFault means the device's context has failed: the driver refuses the calls that
 	// queue work or wait with the context's sticky error (a kernel or copy faulted; the
-	// driver's error is in the chain), and no later call succeeds. Acquire and Prefetch on a
+	// driver's error is in the chain), and no later call succeeds. Every call of the tier that
+	// the driver fails so matches it (an Evict, a restore, a Free or Sync holding memory back,
+	// Close), besides the sentinel that says what became of its work. Acquire and Prefetch on a
 	// stream the tier must check then change nothing; a Release or Free whose release event
 	// cannot be recorded, and whose wait for the device fails, ends the use all the same. They
 	// say so with it rather than with ErrInvalidStream, whatever became of the stream. It is
@@ -65,3 +69,16 @@ var (
 	// until the process ends. The error names each, with the bytes it keeps and the refusal.
 	ErrLeaked = errkind.New(pinmalloc.ErrRefused, "uvm: memory left allocated")
 )
+
+// faulted returns err, made to match ErrDeviceFault too when the driver's sticky error
+// (pinmalloc.ErrDeviceFault) is in its chain and ErrDeviceFault is not: every call of the tier
+// that the driver fails after a fault says so with this package's sentinel, as its users test
+// it, as package device's and pinned's calls do with theirs. An error that names this package
+// already keeps its text; another is said after ErrDeviceFault's. Nil stays nil at the cost of
+// a comparison.
+func faulted(err error) error {
+	if err == nil || !errors.Is(err, pinmalloc.ErrDeviceFault) || errors.Is(err, ErrDeviceFault) {
+		return err
+	}
+	return errkind.Also(ErrDeviceFault, err, "uvm: ")
+}

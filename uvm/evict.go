@@ -45,7 +45,10 @@ func (t *Tier) evict(ids []BlockID, cause Cause) error {
 // host, clean ones dropped), without waiting for the copies. Blocks not on the device are
 // skipped. Errors: ErrAcquired for a block acquired on the device (nothing moves), ErrHostFull,
 // and the copy's errors, after which every block is where it was.
-func (t *Tier) Evict(hs []Handle) error {
+func (t *Tier) Evict(hs []Handle) error { return faulted(t.evictHandles(hs)) }
+
+// evictHandles is Evict, its error not yet made to match ErrDeviceFault.
+func (t *Tier) evictHandles(hs []Handle) error {
 	t.mu.Lock()
 	defer t.unlock("Evict")
 	if t.closed {

@@ -43,6 +43,7 @@ func (t *Tier) AcquireHost(h Handle, m Mode) (_ []byte, err error) {
 		if err == nil {
 			t.st.AcquireLatency.Host.record(nanotime() - start) // latency.go
 		}
+		err = faulted(err)
 	}()
 	if t.closed {
 		return nil, ErrClosed

@@ -201,7 +201,7 @@ func (t *Tier) MakeRoom(n int) error {
 		return ErrClosed
 	}
 	_, err := t.evictForHeap(uintptr(n))
-	return err
+	return faulted(err)
 }
 
 // checkRoom refuses a request of n bytes that no eviction can serve.

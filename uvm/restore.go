@@ -57,7 +57,10 @@ func (t *Tier) restore(ids []BlockID, need uintptr, cause Cause) error {
 // the budget (the blocks not acquired, on the device already or not); on an error none of the
 // blocks has moved (blocks evicted to make room for them stay evicted), but for one of s's own
 // making it wait: the blocks are on the device then, and work on s must not count on them.
-func (t *Tier) Prefetch(hs []Handle, s cuda.Stream) error {
+func (t *Tier) Prefetch(hs []Handle, s cuda.Stream) error { return faulted(t.prefetch(hs, s)) }
+
+// prefetch is Prefetch, its error not yet made to match ErrDeviceFault.
+func (t *Tier) prefetch(hs []Handle, s cuda.Stream) error {
 	t.mu.Lock()
 	defer t.unlock("Prefetch")
 	if t.closed {

@@ -554,6 +554,11 @@ var poolCloseFault func(*pinned.Pool) error
 func (t *Tier) Close() error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	return faulted(t.closeTier())
+}
+
+// closeTier is Close's work, its error not yet made to match ErrDeviceFault. t.mu is held.
+func (t *Tier) closeTier() error {
 	var errs []error
 	switch {
 	case t.closed && !t.heldAtClose && t.kept(): // kept by an earlier Close
