@@ -23,8 +23,10 @@ const (
 // Poll appends to done the items whose stream has passed their point, on every list, oldest
 // first per stream, and gives the open items of a busy stream a point when it has none. A list
 // the driver refuses is kept aside for Recover (Lost counts them), its error returned (a device
-// fault, which every stream's call meets, said once, with how many streams met it). A list
-// found empty at linger polls in a row leaves the lists.
+// fault, which every stream's call meets, said once, with how many streams met it). A busy
+// stream whose point gets no event from the driver (cuEventCreate refused: ErrNoEvent) is not
+// refused: its items wait, with no error, for a later poll. A list found empty at linger polls
+// in a row leaves the lists.
 //
 // The default streams' lists come last: a point a poll records in the legacy stream waits for
 // every blocking stream's earlier work, and a blocking stream asked after it would find it in
@@ -107,6 +109,13 @@ func (ls *Lists[T]) poll(l *List[T], done []T) ([]T, pollState, error) {
 			return done, l.lose(), l.refused // its synchronize covers every open item now
 		}
 		idle, ev, borrowed, quiet, err := ls.pointFor(l)
+		if errors.Is(err, ErrNoEvent) {
+			// The driver made no event for the point: the stream was not asked, and is not
+			// lost. Its items wait, open, for a later poll's point (a wait's synchronize of the
+			// stream takes them meanwhile): Recover's synchronize of the context would wait for
+			// every stream's work, and end a capture on a stream the lists never saw.
+			return done, pollBusy, nil
+		}
 		if err != nil {
 			err = fmt.Errorf("streamq: stream %#x: %w", l.s, err)
 			l.refusedLoss(err)
@@ -154,7 +163,7 @@ func (ls *Lists[T]) pointFor(l *List[T]) (idle bool, ev Event, borrowed, quiet b
 	}
 	var held bool
 	if ev, held, err = p.mark(l.s); err != nil || held {
-		if err != nil && !errors.Is(err, ErrNoEvent) { // that one says "event" already
+		if err != nil && !errors.Is(err, ErrNoEvent) { // that one poll answers (above)
 			err = fmt.Errorf("event: %w", err)
 		}
 		return false, 0, false, false, err
