@@ -333,6 +333,8 @@ const noOwner = ^cuda.Stream(0)
 // CUDA graph capture holds, whose work queued before the capture no point can be placed after
 // until it ends: the write goes ahead when w.passed says no previous owner's work can be left
 // there, and is refused otherwise, with an error matching cuda.ErrCapturing, nothing queued.
+// An event the driver cannot make refuses the write, nothing queued: an error matching
+// streamq.ErrNoEvent (pinmalloc.ErrRefused; ErrOutOfMemory when memory ran out), not w.s's.
 func (h *Heap) afterOwner(on cuda.Stream, w writeOrder) error {
 	s := w.s
 	if s == noOwner || s == on ||
@@ -340,8 +342,8 @@ func (h *Heap) afterOwner(on cuda.Stream, w writeOrder) error {
 		return nil
 	}
 	ev, err := h.events.Get()
-	if err != nil {
-		return err
+	if err != nil { // s not asked: the driver's want or refusal (pinmalloc.ErrRefused)
+		return fmt.Errorf("%w to order it after stream %#x with: %w", streamq.ErrNoEvent, s, err)
 	}
 	defer h.events.Put(ev)
 	if err := streamq.RecordOutsideCapture(h.dev, ev, streamq.Stream(s)); err != nil {
