@@ -93,12 +93,13 @@ func (t *Tier) pending(dir int, seq uint64) bool { return seq > t.batches.done[d
 
 // pushEvent records an event on the stream of dir and pushes c behind it on the stream's list,
 // as batch number t.batches.issued[dir]+1. It returns the event, c's until complete gives it
-// back (a stream may be made to wait on it while the batch is pending).
+// back (a stream may be made to wait on it while the batch is pending). An event the driver
+// cannot make is streamq.ErrNoEvent (pinmalloc.ErrRefused, and the driver's error).
 func (t *Tier) pushEvent(dir int, c completion) (cuda.Event, error) {
 	s := t.engine.stream(dir)
 	ev, err := t.engine.events.Get()
-	if err != nil {
-		return 0, err
+	if err != nil { // nothing queued for the batch's completion: the driver's want or refusal
+		return 0, fmt.Errorf("%w to mark the batch with: %w", streamq.ErrNoEvent, err)
 	}
 	if err := t.dev.EventRecord(ev, uintptr(s)); err != nil {
 		t.engine.events.Put(ev)

@@ -49,8 +49,9 @@ func (r *relEvent) of(s cuda.Stream) bool { return r.s == s && r.gone == 0 }
 // recordRelease records (or re-records) b's release event on s, unless a CUDA graph capture
 // holds s: then it records nothing, changes nothing and returns an error matching
 // pinmalloc.ErrCapturing (the event would be a node of the user's graph, standing for no point
-// of the stream's work; streamq.RecordOutsideCapture asks and records in one cgo call).
-// t.mu is held.
+// of the stream's work; streamq.RecordOutsideCapture asks and records in one cgo call). An
+// event the driver cannot make records nothing: an error matching streamq.ErrNoEvent. t.mu is
+// held.
 func (t *Tier) recordRelease(b *block, s cuda.Stream) error {
 	for i := range b.rel {
 		if r := &b.rel[i]; r.of(s) {
@@ -73,8 +74,8 @@ func (t *Tier) recordRelease(b *block, s cuda.Stream) error {
 		ev, t.rel.idle = t.rel.idle[k-1], t.rel.idle[:k-1]
 	} else {
 		e, err := t.engine.events.Get()
-		if err != nil {
-			return err
+		if err != nil { // s not asked: the driver's want or refusal (pinmalloc.ErrRefused)
+			return fmt.Errorf("%w: %w", streamq.ErrNoEvent, err)
 		}
 		ev = cuda.Event(e)
 	}

@@ -226,8 +226,12 @@ func (t *Tier) ForgetStream(s cuda.Stream) error {
 // does), so that such a stream waits for them. t.mu is held; the caller ends the use when ended.
 func (t *Tier) unordered(h Handle, u *use, cause error) (ended bool, err error) {
 	s := u.s
+	noEvent := "no event: " // its record failed; one the driver could not make says so itself
+	if errors.Is(cause, streamq.ErrNoEvent) {
+		noEvent = ""
+	}
 	if !u.refused && t.dev.StreamSynchronize(uintptr(s)) == nil {
-		return true, fmt.Errorf("uvm: release of %#x on stream %#x: no event: %w; released after waiting for the stream", uint64(h), s, cause)
+		return true, fmt.Errorf("uvm: release of %#x on stream %#x: %s%w; released after waiting for the stream", uint64(h), s, noEvent, cause)
 	}
 	t.forget(s)
 	if c, held := t.captured(); held {
@@ -243,7 +247,7 @@ func (t *Tier) unordered(h Handle, u *use, cause error) (ended bool, err error) 
 		return true, fmt.Errorf("%w: release of %#x on stream %#x: the device refused to wait for the work queued there: %w; the use ended all the same%s",
 			ErrDeviceFault, uint64(h), s, derr, besides(fmt.Errorf("its event could not be recorded: %w", cause), derr))
 	}
-	return true, fmt.Errorf("%w: uvm: release of %#x on stream %#x: no event: %w; released after waiting for the device", ErrInvalidStream, uint64(h), s, cause)
+	return true, fmt.Errorf("%w: uvm: release of %#x on stream %#x: %s%w; released after waiting for the device", ErrInvalidStream, uint64(h), s, noEvent, cause)
 }
 
 // refusedStream is the error of what (said after "uvm: "), refused by the driver with err, a
