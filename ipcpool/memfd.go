@@ -167,11 +167,14 @@ const (
 	lockOnFault                 // every other process: lock pages as they are touched (mlock2 MLOCK_ONFAULT)
 )
 
-// reserve reserves size bytes of address space aligned to align, and returns its base.
+// reserve reserves size bytes of address space aligned to align, and returns its base. A
+// reservation the system refuses (no address space left, a vm.max_map_count or RLIMIT_AS
+// reached) is ErrRefused, the errno kept (ENOMEM matching pinmalloc.ErrOutOfMemory too): the
+// system refuses the mapping, the pool is not full.
 func reserve(size, align uintptr) (uintptr, error) {
-	res, err := unix.MmapPtr(-1, 0, nil, size+align, unix.PROT_NONE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_NORESERVE)
+	res, err := mmapReserve(-1, 0, nil, size+align, unix.PROT_NONE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_NORESERVE)
 	if err != nil {
-		return 0, fmt.Errorf("%w: reserving %d bytes of address space: %v", ErrPoolFull, size+align, err)
+		return 0, noMemory(fmt.Errorf("%w: reserving %d bytes of address space: %w", ErrRefused, size+align, err))
 	}
 	lo := uintptr(res)
 	base := (lo + align - 1) &^ (align - 1)
@@ -183,6 +186,9 @@ func reserve(size, align uintptr) (uintptr, error) {
 	}
 	return base, nil
 }
+
+// mmapReserve is reserve's mmap(2); tests make it fail.
+var mmapReserve = unix.MmapPtr
 
 // mapAt maps size bytes of fd shared at addr, inside a reservation.
 func mapAt(fd int, addr, size uintptr) error {
