@@ -151,6 +151,7 @@ func (t *Tier) acquire(h Handle, s cuda.Stream, m Mode) (cuda.DevicePtr, error) 
 		t.lat.missAt = nanotime() // latency.go
 		t.scratch.victims = t.scratch.victims[:0]
 		ids := append(t.scratch.one[:0], id)
+		t.scratch.one = ids[:0] // kept: the next miss allocates nothing
 		b.chosen = true
 		if err := t.restore(ids, b.size, CauseAcquire); err != nil {
 			return 0, err

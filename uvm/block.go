@@ -255,7 +255,9 @@ func (t *Tier) freeBlock(id BlockID) error {
 		// Behind the uses and the copies of the block, on the D2H stream.
 		c := completion{dir: dirD2H}
 		if devFree != 0 {
-			c.dev = []devBlock{{devFree, b.size}}
+			// Counted, so that it becomes a spare run whose list the next restore that
+			// takes the block gives back for the next Free (putSpares, popRun).
+			c.dev, c.devBytes = append(t.oneDevList(), devBlock{devFree, b.size}), b.size
 		}
 		if hostFree != nil {
 			c.host = [][]byte{hostFree}
@@ -268,7 +270,9 @@ func (t *Tier) freeBlock(id BlockID) error {
 			err = fmt.Errorf("%w: block %#x is freed, but its %s of VRAM and %s host buffer stay out of use until a synchronize of the device succeeds: %w",
 				ErrHeldBack, uint64(t.handle(id)), units.Bytes(uint64(len(c.dev))*uint64(b.size)), units.Bytes(uint64(len(c.host))*uint64(b.size)), err)
 		}
-		errs = append(errs, err)
+		if err != nil { // errors.Join drops a nil one, but a list of one allocates
+			errs = append(errs, err)
+		}
 	} else if hostFree != nil {
 		errs = append(errs, t.mem.pool.Free(hostFree))
 	}

@@ -228,6 +228,22 @@ func (t *Tier) devList(n int) []devBlock {
 	return l
 }
 
+// oneDevList returns an empty list for the VRAM of one freed block (Free): the last recycled
+// one if it is no batch's (a spare run of one block, given back as a restore took its block),
+// else a new one of one block. A batch's list stays for a batch, and a loop that frees blocks
+// one by one makes no batch's list for each.
+func (t *Tier) oneDevList() []devBlock {
+	lists := t.batches.devLists
+	k := len(lists) - 1
+	if k < 0 || cap(lists[k]) >= launchJobs {
+		return make([]devBlock, 0, 1)
+	}
+	l := lists[k]
+	lists[k] = nil
+	t.batches.devLists = lists[:k]
+	return l
+}
+
 // putDevList keeps l, emptied, for devList.
 func (t *Tier) putDevList(l []devBlock) { t.batches.devLists = append(t.batches.devLists, l[:0]) }
 
