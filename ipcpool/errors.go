@@ -14,7 +14,8 @@ import (
 var (
 	// ErrStaleHandle: the handle's buffer is gone (its last reference was let go, its holder
 	// died), or this reference was let go already (a second FreeHandle, a replayed handle).
-	// Nothing is done to the memory. Kind ErrNotOwned.
+	// Nothing is done to the memory. Kind ErrNotOwned. The holder's Free of a buffer a peer
+	// freed by its handle matches pinned.ErrDoubleFree too.
 	ErrStaleHandle = errkind.New(pinmalloc.ErrNotOwned, "ipcpool: stale handle (its buffer was let go)")
 	// ErrForeignHandle: the handle, or the slice, is not of this pool (another pool's id, a
 	// place outside it, an interior or unknown pointer). Kind ErrNotOwned.

@@ -3,6 +3,7 @@ package ipcpool
 import (
 	"fmt"
 
+	"github.com/pinmalloc/pinmalloc/internal/errkind"
 	"github.com/pinmalloc/pinmalloc/internal/mem"
 	"github.com/pinmalloc/pinmalloc/pinned"
 )
@@ -261,7 +262,10 @@ func (s sharer) DropShared(addr uintptr) (shared, last bool, err error) {
 			return true, true, nil
 		}
 		if entryGen(w) != r.gen || w&eFlags != eLive|eAlloc {
-			return true, false, fmt.Errorf("%w: buffer %#x freed already (by its handle)", ErrStaleHandle, addr)
+			// A double free, as the pool says once it has taken the retirement in: the
+			// same sentinel whenever it comes.
+			err := fmt.Errorf("%w: buffer %#x freed already (by its handle)", ErrStaleHandle, addr)
+			return true, false, errkind.Also(pinned.ErrDoubleFree, err, "ipcpool: ")
 		}
 		if c.cas(st, w, w&^eAlloc) {
 			break
