@@ -123,11 +123,12 @@ func (t *Tier) lookup(h Handle) (BlockID, *block, error) {
 
 // Alloc creates a block of n bytes. It has no storage until it is first acquired (on the
 // device or the host), and its contents are undefined until written. It fails with ErrTooLarge
-// above the device budget and with ErrHostFull when the live blocks would exceed what device
-// budget and host capacity can hold together.
+// above the device budget, with ErrHostFull when the live blocks would exceed what device
+// budget and host capacity can hold together, and with ErrInvalidOptions (and
+// pinmalloc.ErrInvalidSize) for n of zero or less.
 func (t *Tier) Alloc(n int) (Handle, error) {
 	if n <= 0 {
-		return 0, fmt.Errorf("%w: block of %d bytes", ErrInvalidOptions, n)
+		return 0, invalidSize(fmt.Errorf("%w: block of %d bytes", ErrInvalidOptions, n))
 	}
 	size := roundUp(uintptr(n))
 	t.mu.Lock()

@@ -36,7 +36,8 @@ var (
 	// it was.
 	ErrHostFull = errkind.New(pinmalloc.ErrOutOfMemory, "uvm: host pool full")
 	// ErrInvalidOptions means Options that cannot work, or a bad argument (a size of zero, a
-	// mode that does not exist).
+	// mode that does not exist). A size of zero or less, to Alloc or MakeRoom, matches
+	// pinmalloc.ErrInvalidSize too, as other packages' sizes do.
 	ErrInvalidOptions = errkind.New(pinmalloc.ErrInvalid, "uvm: invalid options")
 	// ErrInvalidStream means a stream the driver does not know (never made, or destroyed):
 	// Acquire and Prefetch on it change nothing; a Release or Free on it still ends the use,
@@ -82,3 +83,7 @@ func faulted(err error) error {
 	}
 	return errkind.Also(ErrDeviceFault, err, "uvm: ")
 }
+
+// invalidSize returns err, the refusal of a size of zero or less, made to match the module's
+// kind for it (pinmalloc.ErrInvalidSize) too; its text is err's.
+func invalidSize(err error) error { return errkind.Also(pinmalloc.ErrInvalidSize, err, "uvm: ") }

@@ -187,10 +187,10 @@ func (t *Tier) relieveLocked(n int) bool {
 // MakeRoom does what Relieve does for another user of the tier's device heap about to allocate
 // n bytes, and says why when it falls short: nil once it gave VRAM back (its spare VRAM, or cold
 // blocks evicted, their copies waited for), and it asks no other hook. Errors: ErrInvalidOptions
-// for n of zero or less, ErrTooLarge for n larger than the heap could ever hold (its capacity,
-// or the device's memory), both changing nothing; ErrAllPinned when it had nothing to give (no
-// spare VRAM, no block on the device that is not acquired); ErrClosed; and the errors of the
-// evictions and of the waits for them.
+// (and pinmalloc.ErrInvalidSize) for n of zero or less, ErrTooLarge for n larger than the heap
+// could ever hold (its capacity, or the device's memory), both changing nothing; ErrAllPinned
+// when it had nothing to give (no spare VRAM, no block on the device that is not acquired);
+// ErrClosed; and the errors of the evictions and of the waits for them.
 func (t *Tier) MakeRoom(n int) error {
 	if err := t.checkRoom(n); err != nil {
 		return err
@@ -208,7 +208,7 @@ func (t *Tier) MakeRoom(n int) error {
 func (t *Tier) checkRoom(n int) error {
 	switch {
 	case n <= 0:
-		return fmt.Errorf("%w: room for %d bytes (want 1 or more)", ErrInvalidOptions, n)
+		return invalidSize(fmt.Errorf("%w: room for %d bytes (want 1 or more)", ErrInvalidOptions, n))
 	case uintptr(n) > t.hook.most:
 		return fmt.Errorf("%w: room for %d bytes: the device heap can hold %d at most",
 			ErrTooLarge, n, t.hook.most)
