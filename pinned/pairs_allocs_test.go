@@ -9,7 +9,8 @@ import (
 
 // TestPairsAllocateNothing: an Alloc and Free pair, of the sizes the benchmarks take
 // (BenchmarkPoolPair's mixed 16 B to 8 KiB, BenchmarkPoolPairSizes' class blocks, object pages
-// and a huge object), makes no heap allocation once the pool has made its pages. The pool's
+// and a huge object), makes no heap allocation once the pool has made its pages, and no call of
+// its memory's provider (no commit or decommit, no driver call) either. The pool's
 // purge is off: testing.AllocsPerRun counts every allocation of the process, the purger's too.
 func TestPairsAllocateNothing(t *testing.T) {
 	if invariants.Enabled {
@@ -40,9 +41,21 @@ func TestPairsAllocateNothing(t *testing.T) {
 				}
 			}
 		}
-		pairs() // a page of every class first: its tables are Go memory, made once
+		// A page of every class first, its tables Go memory made once, and under AllocsPerRun's
+		// GOMAXPROCS of 1: the one P's shard keeps the huge object for the next pair (another
+		// shard's kept one is that shard's).
+		testing.AllocsPerRun(1, pairs)
+		calls := func() [3]uint64 {
+			st := p.a.Stats()
+			return [3]uint64{st.Commits + st.Decommits, st.CommitCalls + st.DecommitCalls, st.Counters.DriverCalls}
+		}
+		before := calls()
 		if a := testing.AllocsPerRun(4, pairs); a != 0 {
 			t.Errorf("%s: %v allocations per %d pairs, want 0", c.name, a, len(c.sz))
+		}
+		if after := calls(); after != before {
+			t.Errorf("%s: the pairs made provider commits and decommits, arena commits and decommits, driver calls %v -> %v, want none",
+				c.name, before, after)
 		}
 		if failed != nil {
 			t.Fatalf("%s: %v", c.name, failed)
