@@ -517,16 +517,23 @@ func (a *Arena) unreserve(rr *Region, err error) error {
 // ReserveNext is Reserve of the n chunks that follow span s (of this arena, in use) in its
 // region, when they are all free: a heap grows a run of adjacent chunks with it. It fails with
 // an error wrapping ErrCapacity, taking nothing, when one of them is in use or past the
-// region's end.
+// region's end, and with one wrapping ErrInvalid when s is not a span in use, as Free.
 func (a *Arena) ReserveNext(s Span, n int) (Span, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.closed {
 		return Span{}, ErrClosed
 	}
-	r := a.regionOf(s.ID)
-	if r == nil || s.N <= 0 || n <= 0 || s.N > r.nchunks-int(s.ID-r.firstID) {
+	if n <= 0 {
 		return Span{}, fmt.Errorf("%w: %d chunks after a span of %d chunks at chunk %d", ErrInvalid, n, s.N, s.ID)
+	}
+	r, err := a.spanRegion(s)
+	if err != nil {
+		return Span{}, err
+	}
+	if r.used.Count(int(s.ID-r.firstID), int(s.ID-r.firstID)+s.N) != s.N {
+		return Span{}, fmt.Errorf("%w: %d chunks after a span of %d chunks at chunk %d, which is not in use",
+			ErrInvalid, n, s.N, s.ID)
 	}
 	first := int(s.ID-r.firstID) + s.N
 	if n > r.nchunks-first || r.used.Count(first, first+n) != 0 {
@@ -536,16 +543,18 @@ func (a *Arena) ReserveNext(s Span, n int) (Span, error) {
 	return a.take(r, Span{Base: base, Size: min(uintptr(n)<<a.shift, r.end-base), ID: r.firstID + ChunkID(first), N: n}, false)
 }
 
-// Free gives a span back. Its chunks stay committed for the purge delay.
+// Free gives a span back. Its chunks stay committed for the purge delay. A span that is not
+// one Alloc or Reserve returned (from another arena, freed already, its Base or Size changed)
+// is refused with an error wrapping ErrInvalid, and nothing is freed.
 func (a *Arena) Free(s Span) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.closed {
 		return ErrClosed
 	}
-	r := a.regionOf(s.ID)
-	if r == nil || s.N <= 0 || s.N > r.nchunks-int(s.ID-r.firstID) {
-		return fmt.Errorf("%w: span of %d chunks at chunk %d is not from this arena", ErrInvalid, s.N, s.ID)
+	r, err := a.spanRegion(s)
+	if err != nil {
+		return err
 	}
 	first := int(s.ID - r.firstID)
 	if n := r.used.Count(first, first+s.N); n != s.N {
@@ -558,6 +567,24 @@ func (a *Arena) Free(s Span) error {
 	a.st.ChunksInUse -= s.N
 	a.emptied(r)
 	return nil
+}
+
+// spanRegion returns the region of span s, which must be as Alloc or Reserve made it: its N
+// chunks lie in one region of this arena from chunk ID on, and [Base, Base+Size) starts in
+// chunk ID and ends in its last chunk (a span whose Base or Size was changed, or a made-up
+// one, names other chunks than its own). Called under a.mu.
+func (a *Arena) spanRegion(s Span) (*region, error) {
+	r := a.regionOf(s.ID)
+	if r == nil || s.N <= 0 || s.N > r.nchunks-int(s.ID-r.firstID) {
+		return nil, fmt.Errorf("%w: span of %d chunks at chunk %d is not from this arena", ErrInvalid, s.N, s.ID)
+	}
+	first, last := int(s.ID-r.firstID), int(s.ID-r.firstID)+s.N-1
+	if s.Base < r.grid || s.Base > r.end || s.Size == 0 || s.Size > r.end-s.Base ||
+		int((s.Base-r.grid)>>a.shift) != first || int((s.Base+s.Size-1-r.grid)>>a.shift) != last {
+		return nil, fmt.Errorf("%w: span [%#x, +%d) does not lie in its %d chunks from chunk %d: not a span Alloc returned",
+			ErrInvalid, s.Base, s.Size, s.N, s.ID)
+	}
+	return r, nil
 }
 
 // notInUse is Free's error for span s, n of whose s.N chunks (from first on in region r) are
