@@ -102,6 +102,12 @@ func (h *Heap) Trim() error {
 // When the device has faulted (the context's sticky error), the synchronize fails: ForgetStream
 // keeps s and fails with an error wrapping ErrDeviceFault.
 //
+// A default stream is waited for with a point recorded in the legacy stream. When the driver
+// cannot make its event (cuEventCreate refused), s was not asked: ForgetStream waits for nothing
+// (no synchronize of the context, which would end a capture on a stream the heap never saw),
+// keeps s with its deferred frees and its memory, and fails with ErrOutOfMemory where the
+// driver's memory ran out, else pinmalloc.ErrRefused, saying "no event"; call it again.
+//
 // Its error is s's outcome alone. Streams parked under other handles, and held blocks' frees
 // parked after their memset was refused (Hold.Release), go back at this call when its
 // synchronize passes them, but what keeps one parked, or fails as it goes back, is said by the
@@ -175,7 +181,8 @@ func (h *Heap) forget(s cuda.Stream) error {
 }
 
 // waitRefused answers ForgetStream's wait for s, which failed with cause: unless a capture
-// refused it, it synchronizes the context, which waits for the work of every stream, s's
+// refused it, or the driver made no event for a default stream's point (streamq.ErrNoEvent: s
+// was not asked), it synchronizes the context, which waits for the work of every stream, s's
 // included when the driver refuses s for having been destroyed (it still runs the work queued
 // there). That synchronize would end a capture on any stream of the context, and the driver
 // refuses it then: so it asks the heap's streams first, those with a list or a heap
@@ -192,6 +199,12 @@ func (h *Heap) waitRefused(s cuda.Stream, cause error) (park bool, err error) {
 		"until the heap synchronizes the context (ForgetStream, Sync, Trim or Close once the capture has ended)"
 	if errors.Is(cause, cuda.ErrCapturing) {
 		return false, fmt.Errorf("device: forget stream %#x: %w; %s", s, cause, kept)
+	}
+	if errors.Is(cause, streamq.ErrNoEvent) {
+		// A default stream's point got no event: s was not asked, and is not refused. The
+		// synchronize of the context would wait for every stream's work, and end a capture on
+		// a stream the heap never saw (the driver lists no captures).
+		return false, fmt.Errorf("device: forget stream %#x: %w; it keeps its deferred frees and its memory: call ForgetStream again", s, cause)
 	}
 	c, held, err := h.lists.WaitAllUncaptured()
 	if held {

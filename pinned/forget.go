@@ -7,6 +7,7 @@ import (
 	"github.com/pinmalloc/pinmalloc"
 	"github.com/pinmalloc/pinmalloc/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/invariants"
+	"github.com/pinmalloc/pinmalloc/internal/streamq"
 )
 
 // ForgetStream waits until CUDA stream s has passed the work queued on it, takes back the
@@ -29,7 +30,11 @@ import (
 // the same way; call it again once the capture has ended. Meanwhile the buffers deferred on the
 // destroyed stream, and those recorded on it and freed later, wait for that synchronize (made
 // by the next reclaim that can), not for the stream's handle, which the driver may give to a
-// new stream.
+// new stream. The legacy stream is waited for with a point recorded there: when the driver
+// cannot make its event (cuEventCreate refused), ForgetStream waits for nothing (no synchronize
+// of the context, which would end a capture on a stream the pool never saw), keeps s and its
+// buffers as they were, and fails with ErrOutOfMemory where the driver's memory ran out, else
+// ErrRefused, saying "no event"; call it again.
 //
 // A pool whose memory the driver copies synchronously knows no streams: ForgetStream does
 // nothing there. After the pool's memory is released it returns ErrClosed.
@@ -90,6 +95,12 @@ func (o *streamOrder) forget(s cuda.Stream) error {
 			return fmt.Errorf("pinned: forget stream %#x: %w; %s", s, err, kept)
 		case ErrDeviceFault: // the context runs no more work: no wait passes
 			return fmt.Errorf("%w: forget stream %#x: %w; %s", ErrDeviceFault, s, err, kept)
+		}
+		if errors.Is(err, streamq.ErrNoEvent) {
+			// A default stream's point got no event: s was not asked, and is not refused. The
+			// synchronize of the context would wait for every stream's work, and end a capture
+			// on a stream the pool never saw (the driver lists no captures).
+			return streamError(fmt.Sprintf("forget stream %#x", s), fmt.Errorf("%w; %s", err, kept))
 		}
 		// Destroyed already, most likely: the context's synchronize waits for its work, and
 		// would end a capture on any stream.
