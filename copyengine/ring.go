@@ -102,7 +102,9 @@ func (b *Batcher) idle(st *stage) error {
 	return nil
 }
 
-// newStage allocates a staging buffer for at least n jobs.
+// newStage allocates a staging buffer for at least n jobs. An event the driver cannot make for
+// it (cuEventCreate refused) is streamq.ErrNoEvent (pinmalloc.ErrRefused; the driver's error,
+// kept, matches pinmalloc.ErrOutOfMemory when memory ran out); the buffer is freed.
 func (b *Batcher) newStage(n int) (*stage, error) {
 	jobs := minStageJobs
 	for jobs < n {
@@ -115,7 +117,10 @@ func (b *Batcher) newStage(n int) (*stage, error) {
 	}
 	st := &stage{host: host, jobs: jobs}
 	if st.dptr, err = b.dev.MemHostGetDevicePointer(host); err == nil {
-		st.ev, err = b.dev.EventCreate(true)
+		if st.ev, err = b.dev.EventCreate(true); err != nil {
+			// The driver's want or refusal, not the caller's jobs: as a stream's check says it.
+			err = fmt.Errorf("%w to record after its launch: %w", streamq.ErrNoEvent, err)
+		}
 	}
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("copyengine: staging buffer: %w", err), b.dev.MemFreeHost(host))
