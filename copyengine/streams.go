@@ -110,11 +110,14 @@ func (b *Batcher) lowPriority() error {
 	return err
 }
 
-// fence makes the work queued on to from now on wait for the work queued on from so far.
+// fence makes the work queued on to from now on wait for the work queued on from so far. An
+// event the driver cannot make for it (cuEventCreate refused) queues nothing: streamq.ErrNoEvent
+// (pinmalloc.ErrRefused; the driver's error, kept, matches pinmalloc.ErrOutOfMemory when memory
+// ran out).
 func (b *Batcher) fence(from, to cuda.Stream) error {
 	ev, err := b.fences.Get()
 	if err != nil {
-		return err
+		return fmt.Errorf("copyengine: ordering streams: %w to record with: %w", streamq.ErrNoEvent, err)
 	}
 	defer b.fences.Put(ev) // a wait already queued is not affected by a later record
 	if err := b.dev.EventRecord(ev, uintptr(from)); err != nil {
