@@ -17,7 +17,10 @@ import (
 
 // Sync waits until every deferred free has completed and does it. The frees on a stream that
 // is capturing a CUDA graph cannot complete before the graph is launched: they stay, and the
-// error matches cuda.ErrCapturing. The frees of a stream destroyed before a ForgetStream that a
+// error matches cuda.ErrCapturing. The frees on a default stream, waited for with a point
+// recorded in the legacy stream, stay too when the driver cannot make its event (cuEventCreate
+// refused): the error matches ErrOutOfMemory where the driver's memory ran out, else
+// pinmalloc.ErrRefused, and says "no event"; nothing else is synchronized for them. The frees of a stream destroyed before a ForgetStream that a
 // capture refused (parked: see ForgetStream), and a held block's free parked after the driver
 // refused its clear (Hold.Release), are waited for with a synchronize of the context, which Sync
 // does not make while a capture holds a stream of the heap's or the legacy stream: they stay

@@ -7,6 +7,7 @@ import (
 	"github.com/pinmalloc/pinmalloc/heap"
 	"github.com/pinmalloc/pinmalloc/internal/errkind"
 	"github.com/pinmalloc/pinmalloc/internal/invariants"
+	"github.com/pinmalloc/pinmalloc/internal/streamq"
 )
 
 // Reclaims: the deferred buffers whose streams have passed them go back to the heap (see
@@ -49,12 +50,13 @@ func (p *Pool) waitDeferred() error {
 	if o.done, err = o.lists.Drain(o.done); err != nil {
 		// A stream the driver refuses to synchronize (destroyed, most likely) is answered as a
 		// reclaim answers it: its list found lost, the context synchronized once.
-		// A stream a capture holds keeps its buffers (Drain's error says so, ErrCapturing):
-		// that refusal stays whatever the reclaim answers.
+		// A stream a capture holds keeps its buffers (Drain's error says so, ErrCapturing), and
+		// so does the legacy stream when the driver made no event for its point (ErrNoEvent):
+		// those refusals stay whatever the reclaim answers.
 		var rerr error
 		if o.done, rerr = o.lists.Reclaim(o.done, afterLostSync); rerr != nil {
 			err = errkind.Once(err, rerr)
-		} else if !errors.Is(err, pinmalloc.ErrCapturing) {
+		} else if !errors.Is(err, pinmalloc.ErrCapturing) && !errors.Is(err, streamq.ErrNoEvent) {
 			err = nil
 		}
 	}

@@ -214,7 +214,8 @@ func joinStreams(errs []error) error {
 // refused while it waited (NoteRefused: the handle it synchronized may name a new stream since);
 // a stream a capture holds
 // (Points.Capturing) keeps its items, not lost, and its error (matching pinmalloc.ErrCapturing)
-// is returned. It is the reclaimer's, as Poll is.
+// is returned, and so does a default stream whose point gets no event from the driver
+// (cuEventCreate refused: ErrNoEvent), which was not asked. It is the reclaimer's, as Poll is.
 func (ls *Lists[T]) Drain(done []T) ([]T, error) {
 	var errs []error
 	for _, l := range ls.snapshot() {
@@ -234,6 +235,12 @@ func (ls *Lists[T]) Drain(done []T) ([]T, error) {
 		}
 		if err := ls.points.WaitStream(l.s); errors.Is(err, pinmalloc.ErrCapturing) {
 			errs = append(errs, err) // its work runs when the user launches the graph: its items stay
+			continue
+		} else if errors.Is(err, ErrNoEvent) {
+			// A default stream's point got no event: the stream was not asked, and is not lost.
+			// Its items stay for a later wait or poll: Recover's synchronize of the context would
+			// wait for every stream's work, and end a capture on a stream the lists never saw.
+			errs = append(errs, fmt.Errorf("streamq: wait for stream %#x: %w", l.s, err))
 			continue
 		} else if err != nil {
 			// Kept for Recover, as a poll keeps a list it finds lost: the point a poll recorded
