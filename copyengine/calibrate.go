@@ -35,6 +35,7 @@ import (
 
 	"github.com/pinmalloc/pinmalloc/cuda"
 	icuda "github.com/pinmalloc/pinmalloc/internal/cuda"
+	"github.com/pinmalloc/pinmalloc/internal/streamq"
 )
 
 // What the calibration times.
@@ -229,7 +230,9 @@ func (b *Batcher) calibrate() (c *Calibration, err error) {
 	return c, nil
 }
 
-// alloc allocates the calibration's buffers, stream and events.
+// alloc allocates the calibration's buffers, stream and events. An event the driver cannot make
+// (cuEventCreate refused) is streamq.ErrNoEvent (pinmalloc.ErrRefused; the driver's error, kept,
+// matches pinmalloc.ErrOutOfMemory when memory ran out).
 func (r *calRun) alloc() (err error) {
 	d := r.b.dev
 	defer d.RelaxCapture()() // beside a user's capture, as cudamem's calls (doc.go)
@@ -245,11 +248,13 @@ func (r *calRun) alloc() (err error) {
 	if r.s, err = d.StreamCreate(true); err != nil {
 		return err
 	}
-	if r.e0, err = d.EventCreate(false); err != nil {
-		return err
+	if r.e0, err = d.EventCreate(false); err == nil {
+		r.e1, err = d.EventCreate(false)
 	}
-	r.e1, err = d.EventCreate(false)
-	return err
+	if err != nil { // the driver's want or refusal (pinmalloc.ErrRefused), as a stream's check says it
+		return fmt.Errorf("%w to time the methods with: %w", streamq.ErrNoEvent, err)
+	}
+	return nil
 }
 
 // free frees what alloc allocated. What the driver refuses to free or destroy the Batcher
