@@ -41,7 +41,7 @@ type client struct {
 	orphaned error // set when no owner will know this process again
 	seq      uint64
 	pending  map[uint64]*call
-	late     map[uint64]uint64 // grant requests that gave up: their grants' count
+	late     map[uint64]uint64 // grant requests that gave up on c, awaiting their reply: their grants' count
 	holds    []bool            // by grant: lent to this process and not given back
 	owing    bool              // a rejoin has sent its claims: releases with no owner are owed to it
 	owed     []run             // the runs given back since the claims, while no owner served
@@ -128,6 +128,9 @@ func (cl *client) reader(c *net.UnixConn) {
 		close(k.lost)
 		delete(cl.pending, seq)
 	}
+	// The requests that gave up on c get no reply now: nothing of theirs to give back (what
+	// c's owner lent them is in no record of this process's, and a rejoin claims none of it).
+	clear(cl.late)
 	if cl.resendOn == c { // a rejoin claims by the record, which has these given back already
 		cl.resendOn, cl.unsent = nil, nil
 	}
