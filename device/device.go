@@ -581,10 +581,11 @@ func (h *Heap) reclaim() error {
 				continue // ordered after the legacy stream's earlier work, which cannot be waited for
 			}
 		}
-		if pts.Capturing(uintptr(s)) {
+		captured, err := h.syncUncaptured(s)
+		if captured {
 			continue // its work runs when the user launches the graph: its memory stays
 		}
-		if err := h.dev.StreamSynchronize(uintptr(s)); err != nil {
+		if err != nil {
 			if errors.Is(err, cuda.ErrInvalidHandle) {
 				// Destroyed without ForgetStream: its heap leaves the handle, which the driver
 				// may give to a new stream, and waits for a synchronize of the context (below).
@@ -607,6 +608,19 @@ func (h *Heap) reclaim() error {
 		errs[0] = nil
 	}
 	return errkind.Once(errs...)
+}
+
+// syncUncaptured synchronizes s unless a CUDA graph capture holds it (captured: nothing
+// waited for). It holds the capture gate (icuda.HoldCaptureBegins) from its look at s to the
+// synchronize, so that a capture begun through package cuda on another goroutine meanwhile
+// waits for it, rather than begin between the two and be invalidated by the synchronize.
+func (h *Heap) syncUncaptured(s cuda.Stream) (captured bool, err error) {
+	icuda.HoldCaptureBegins()
+	defer icuda.ReleaseCaptureBegins()
+	if h.points().Capturing(uintptr(s)) {
+		return true, nil
+	}
+	return false, h.dev.StreamSynchronize(uintptr(s))
 }
 
 // heldBy reports whether a stream heap holds memory, and whether a default stream's does.
