@@ -6,6 +6,7 @@ import (
 	"runtime"
 
 	"github.com/pinmalloc/pinmalloc/cuda"
+	icuda "github.com/pinmalloc/pinmalloc/internal/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/mem"
 	"github.com/pinmalloc/pinmalloc/internal/streamq"
 	"github.com/pinmalloc/pinmalloc/pinned"
@@ -49,7 +50,10 @@ func (h *Heap) HtoD(dst cuda.DevicePtr, src []byte) error {
 		return err
 	}
 	return h.hostCopy(src, "HtoD copy", func(addr uintptr) error {
-		if err := h.afterOwner(0, w); err != nil {
+		icuda.HoldCaptureBegins()
+		err := h.afterOwner(0, w)
+		icuda.ReleaseCaptureBegins()
+		if err != nil {
 			return err
 		}
 		return h.points().WaitLegacy(h.dev.MemcpyHtoD(uintptr(dst), addr, uintptr(len(src))))
@@ -84,7 +88,10 @@ func (h *Heap) DtoD(dst, src cuda.DevicePtr, size int) error {
 	if err := h.legacyRefusal(); err != nil {
 		return wrapCopy("DtoD copy", n, err)
 	}
-	if err := h.afterOwner(0, w); err != nil {
+	icuda.HoldCaptureBegins()
+	err = h.afterOwner(0, w)
+	icuda.ReleaseCaptureBegins()
+	if err != nil {
 		return wrapCopy("DtoD copy", n, err)
 	}
 	return wrapCopy("DtoD copy", n, h.points().WaitLegacy(h.dev.MemcpyDtoD(uintptr(dst), uintptr(src), n)))
@@ -335,6 +342,8 @@ const noOwner = ^cuda.Stream(0)
 // there, and is refused otherwise, with an error matching cuda.ErrCapturing, nothing queued.
 // An event the driver cannot make refuses the write, nothing queued: an error matching
 // streamq.ErrNoEvent (pinmalloc.ErrRefused; ErrOutOfMemory when memory ran out), not w.s's.
+// The caller holds the capture gate (icuda.HoldCaptureBegins) from its look at stream on
+// through the write queued there.
 func (h *Heap) afterOwner(on cuda.Stream, w writeOrder) error {
 	s := w.s
 	if s == noOwner || s == on ||
@@ -346,7 +355,7 @@ func (h *Heap) afterOwner(on cuda.Stream, w writeOrder) error {
 		return fmt.Errorf("%w to order it after stream %#x with: %w", streamq.ErrNoEvent, s, err)
 	}
 	defer h.events.Put(ev)
-	if err := streamq.RecordOutsideCapture(h.dev, ev, streamq.Stream(s)); err != nil {
+	if err := streamq.RecordOutsideCaptureHeld(h.dev, ev, streamq.Stream(s)); err != nil {
 		if w.passed || !errors.Is(err, cuda.ErrCapturing) {
 			return nil
 		}

@@ -5,6 +5,7 @@ import (
 
 	"github.com/pinmalloc/pinmalloc"
 	"github.com/pinmalloc/pinmalloc/cuda"
+	icuda "github.com/pinmalloc/pinmalloc/internal/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/errkind"
 	"github.com/pinmalloc/pinmalloc/internal/streamq"
 )
@@ -88,6 +89,10 @@ func (h *Heap) scrub(p cuda.DevicePtr, s *cuda.Stream, then string) error {
 	if s != nil {
 		on = streamq.Stream(*s)
 	}
+	// The capture gate is held from the look at on to the memset (and a Free's wait for it): a
+	// capture begun through package cuda on another goroutine meanwhile waits for the clear.
+	icuda.HoldCaptureBegins()
+	defer icuda.ReleaseCaptureBegins()
 	if err := streamq.CaptureRefusal(h.dev, on); err != nil {
 		return fmt.Errorf("device: clearing block %#x of %d bytes as it is freed: %w; %s",
 			p, n, err, then)

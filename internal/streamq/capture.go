@@ -137,8 +137,16 @@ func refusal(s Stream, held bool, err error) error {
 // EventPool's Put lets it go.
 func RecordOutsideCapture(dev *cuda.Device, ev cuda.Event, s Stream) error {
 	cuda.HoldCaptureBegins()
+	defer cuda.ReleaseCaptureBegins()
+	return RecordOutsideCaptureHeld(dev, ev, s)
+}
+
+// RecordOutsideCaptureHeld is RecordOutsideCapture for a caller that holds the capture gate
+// already (cuda.HoldCaptureBegins), from a check of its own through the acts the record is for
+// (a wait for the event queued on another stream, a memset): a second hold of the gate on its
+// goroutine would wait for a capture begin waiting for the first.
+func RecordOutsideCaptureHeld(dev *cuda.Device, ev cuda.Event, s Stream) error {
 	st, err := dev.EventRecordOutsideCapture(ev, s)
-	cuda.ReleaseCaptureBegins()
 	switch {
 	case err != nil && errors.Is(err, pinmalloc.ErrCapturing):
 		return refusal(s, true, err)
