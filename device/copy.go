@@ -50,10 +50,7 @@ func (h *Heap) HtoD(dst cuda.DevicePtr, src []byte) error {
 		return err
 	}
 	return h.hostCopy(src, "HtoD copy", func(addr uintptr) error {
-		icuda.HoldCaptureBegins()
-		err := h.afterOwner(0, w)
-		icuda.ReleaseCaptureBegins()
-		if err != nil {
+		if err := h.afterOwner(0, w); err != nil { // in hostCopy's hold of the capture gate
 			return err
 		}
 		return h.points().WaitLegacy(h.dev.MemcpyHtoD(uintptr(dst), addr, uintptr(len(src))))
@@ -85,13 +82,12 @@ func (h *Heap) DtoD(dst, src cuda.DevicePtr, size int) error {
 	if n == 0 {
 		return nil
 	}
+	icuda.HoldCaptureBegins() // from the look at the legacy stream to the wait for the copy
+	defer icuda.ReleaseCaptureBegins()
 	if err := h.legacyRefusal(); err != nil {
 		return wrapCopy("DtoD copy", n, err)
 	}
-	icuda.HoldCaptureBegins()
-	err = h.afterOwner(0, w)
-	icuda.ReleaseCaptureBegins()
-	if err != nil {
+	if err := h.afterOwner(0, w); err != nil {
 		return wrapCopy("DtoD copy", n, err)
 	}
 	return wrapCopy("DtoD copy", n, h.points().WaitLegacy(h.dev.MemcpyDtoD(uintptr(dst), uintptr(src), n)))
@@ -100,7 +96,9 @@ func (h *Heap) DtoD(dst, src cuda.DevicePtr, size int) error {
 // legacyRefusal is the refusal of a synchronous copy, which the driver runs on the legacy
 // default stream and waits for, while a blocking stream captures a CUDA graph: the driver would
 // refuse the copy and end the user's capture. It matches cuda.ErrCapturing; nil when no
-// capture holds the legacy stream (one cgo call, which invalidates nothing).
+// capture holds the legacy stream (one cgo call, which invalidates nothing). The caller holds
+// the capture gate (icuda.HoldCaptureBegins) from it through the copy and the wait for it, so
+// that a capture begun through package cuda on another goroutine meanwhile waits for the copy.
 func (h *Heap) legacyRefusal() error {
 	if err := streamq.CaptureRefusal(h.dev, 0); err != nil {
 		return fmt.Errorf("%w; a synchronous copy runs there: copy once the capture has ended, or with an async copy on a stream of your own", err)
@@ -162,6 +160,8 @@ func (h *Heap) hostCopy(b []byte, what string, copyFn func(addr uintptr) error) 
 	if len(b) == 0 {
 		return nil
 	}
+	icuda.HoldCaptureBegins() // from the look at the legacy stream to the wait for the copy
+	defer icuda.ReleaseCaptureBegins()
 	if err := h.legacyRefusal(); err != nil {
 		return wrapCopy(what, len(b), err)
 	}
@@ -186,7 +186,10 @@ func (h *Heap) hostAsync(what string, b []byte, s cuda.Stream, queue func(addr, 
 	if pool == nil || wait {
 		// On a capturing stream the copy would be a node of the user's graph, reading or
 		// writing that memory at each launch, long after the pin (and the wait, a synchronize
-		// of the stream, would invalidate the capture).
+		// of the stream, would invalidate the capture). The capture gate is held from the look
+		// to the wait: a capture begun through package cuda meanwhile waits for the copy.
+		icuda.HoldCaptureBegins()
+		defer icuda.ReleaseCaptureBegins()
 		if err := streamq.CaptureRefusal(h.dev, streamq.Stream(s)); err != nil {
 			return wrapCopy(what, len(b), fmt.Errorf("%w: host memory of no pinned.Pool of this device cannot be captured", err))
 		}
