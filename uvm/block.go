@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync/atomic"
 
+	"github.com/pinmalloc/pinmalloc"
 	"github.com/pinmalloc/pinmalloc/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/units"
 )
@@ -197,7 +198,8 @@ func (t *Tier) freeHandle(h Handle) error {
 
 // endUses records block id's release event on each stream it is acquired on, ending its uses
 // there, or waits for a stream the event cannot be recorded on (unordered), and returns the
-// errors that says so. When a wait would end a CUDA graph capture, ok is false: the block stays
+// errors that says so. When a capture holds a stream (the record refused, with an error
+// matching pinmalloc.ErrCapturing) or a wait would end a CUDA graph capture, ok is false: the block stays
 // acquired, its error (matching pinmalloc.ErrCapturing) among errs; the events recorded on the
 // other streams stand for no end of a use, which the next Release or Free records again. t.mu
 // is held.
@@ -210,6 +212,14 @@ func (t *Tier) endUses(id BlockID, b *block) (errs []error, ok bool) {
 			err = t.recordRelease(b, u.s)
 		}
 		if err == nil {
+			continue
+		}
+		if errors.Is(err, pinmalloc.ErrCapturing) {
+			// A capture began on u.s since Free's check (by code that does not wait for the
+			// capture gate): the use goes on, as a Release's does; a wait for the stream
+			// instead would end that capture.
+			ok = false
+			errs = append(errs, err) // it names the stream; the caller, the block
 			continue
 		}
 		ended, err := t.unordered(t.handle(id), u, err) // streams.go
