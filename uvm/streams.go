@@ -234,7 +234,11 @@ func (t *Tier) unordered(h Handle, u *use, cause error) (ended bool, err error) 
 		return true, fmt.Errorf("uvm: release of %#x on stream %#x: %s%w; released after waiting for the stream", uint64(h), s, noEvent, cause)
 	}
 	t.forget(s)
-	if c, held := t.captured(); held {
+	// The look for a capture and the synchronize it allows hold the capture gate: a capture
+	// begun through package cuda meanwhile waits for the synchronize (streamq's
+	// WaitAllUncaptured).
+	c, held, derr := t.batches.lists.WaitAllUncaptured()
+	if held {
 		// The driver refused s: its handle may go to a stream created next, before the
 		// synchronize that would have passed s's release events. They stand for s alone, and
 		// so do its uses, this one and those of other blocks (refuseUses).
@@ -243,7 +247,7 @@ func (t *Tier) unordered(h Handle, u *use, cause error) (ended bool, err error) 
 		return false, fmt.Errorf("uvm: release of %#x on stream %#x refused: its event could not be recorded (%w), and the synchronize of the device that would wait for the work queued there instead would end the CUDA graph capture on stream %#x: %w; the use goes on: end it again once the capture ends",
 			uint64(h), s, cause, c, pinmalloc.ErrCapturing)
 	}
-	if derr := t.dev.Synchronize(); derr != nil {
+	if derr != nil {
 		return true, fmt.Errorf("%w: release of %#x on stream %#x: the device refused to wait for the work queued there: %w; the use ended all the same%s",
 			ErrDeviceFault, uint64(h), s, derr, besides(fmt.Errorf("its event could not be recorded: %w", cause), derr))
 	}
