@@ -84,13 +84,16 @@ func (t *Tier) retryHeld() error {
 	if len(t.held.list) == 0 {
 		return nil
 	}
-	if s, held := t.captured(); held {
+	// The look for a capture and the synchronize it allows hold the capture gate: a capture
+	// begun through package cuda meanwhile waits for the synchronize (WaitAllUncaptured).
+	s, held, err := t.batches.lists.WaitAllUncaptured()
+	if held {
 		// Why, an error of its own: Close's error keeps it whole (distinct).
 		why := fmt.Errorf("the synchronize of the device that gives it back would end "+
 			"the CUDA graph capture on stream %#x: %w", s, pinmalloc.ErrCapturing)
 		return fmt.Errorf("%w: %s: %w", ErrHeldBack, t.heldBytes(), why)
 	}
-	if err := t.dev.Synchronize(); err != nil {
+	if err != nil {
 		return fmt.Errorf("%w: %s: synchronize: %w", ErrHeldBack, t.heldBytes(), err)
 	}
 	list := t.held.list
@@ -100,7 +103,6 @@ func (t *Tier) retryHeld() error {
 		}
 	}
 	t.held = heldBack{}
-	var err error
 	for _, c := range list {
 		if cerr := t.complete(c); cerr != nil {
 			err = errors.Join(err, cerr)

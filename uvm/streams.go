@@ -106,13 +106,6 @@ func (t *Tier) userStreams(yield func(streamq.Stream) bool) {
 	}
 }
 
-// captured returns a stream a CUDA graph capture holds, among the tier's own, the user's it
-// knows and the legacy stream (streamq's Lists.Captured), with held true. t.mu is held.
-func (t *Tier) captured() (s cuda.Stream, held bool) {
-	c, held := t.batches.lists.Captured()
-	return cuda.Stream(c), held
-}
-
 // maxKnownStreams bounds the streams the tier remembers.
 const maxKnownStreams = 1024
 
@@ -217,7 +210,8 @@ func (t *Tier) ForgetStream(s cuda.Stream) error {
 //
 // The synchronize of the device would end a CUDA graph capture on any stream of the context (the
 // driver refuses it and invalidates the capture): while a capture holds a stream the tier knows
-// (captured), it waits for nothing and returns, with ended false, an error matching
+// (streamq's Lists.Captured, among the tier's own streams, the user's it knows and the legacy
+// stream), it waits for nothing and returns, with ended false, an error matching
 // pinmalloc.ErrCapturing; the use goes on, marked refused with every other use on s
 // (refuseUses), so that the call made again once the
 // capture has ended waits for the device without trusting the handle (the driver may have given
