@@ -8,6 +8,7 @@ import (
 
 	"github.com/pinmalloc/pinmalloc"
 	"github.com/pinmalloc/pinmalloc/cuda"
+	icuda "github.com/pinmalloc/pinmalloc/internal/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/invariants"
 )
 
@@ -139,14 +140,13 @@ func (t *Tier) acquire(h Handle, s cuda.Stream, m Mode) (cuda.DevicePtr, error) 
 	if err := t.checkStream(s); err != nil { // hit or miss (streams.go)
 		return 0, err
 	}
-	if b.dev == 0 || (b.readySeq != 0 && t.pending(dirH2D, b.readySeq)) || t.mustWait(b, s) {
-		// It queues a wait on s: not in the user's graph (a hit that queues nothing asks nothing).
+	restored := b.dev == 0
+	if restored {
+		// It queues a wait on s: refused, before anything moves, while s captures (waitOn
+		// asks again, in the capture gate, as it queues the wait).
 		if err := t.notCapturing(s, "Acquire", h); err != nil {
 			return 0, err
 		}
-	}
-	restored := b.dev == 0
-	if restored {
 		t.st.Misses++
 		t.lat.missAt = nanotime() // latency.go
 		t.scratch.victims = t.scratch.victims[:0]
@@ -159,8 +159,8 @@ func (t *Tier) acquire(h Handle, s cuda.Stream, m Mode) (cuda.DevicePtr, error) 
 	} else {
 		t.st.Hits++
 	}
-	if err := t.waitReady(id, b, s, restored); err != nil {
-		return 0, t.refusedStream(s, fmt.Sprintf("stream %#x waits for block %#x", s, uint64(h)), err)
+	if err := t.waitOn(id, b, s, restored); err != nil {
+		return 0, err
 	}
 	if m == Write {
 		if b.hostLent { // the next copy to the host goes to another buffer (host.go)
@@ -187,6 +187,33 @@ func (t *Tier) acquire(h Handle, s cuda.Stream, m Mode) (cuda.DevicePtr, error) 
 	}
 	b.uses = append(b.uses, use{s: s, n: 1})
 	return b.dev, nil
+}
+
+// waitOn makes s wait for block id (waitReady) when the block's restore is in flight or it was
+// released on another stream since s waited (a hit that queues nothing asks nothing), refused
+// with an error matching cuda.ErrCapturing while a capture holds s: the wait would be a node of
+// the user's graph (the driver refuses a wait for an event recorded outside the capture, and
+// invalidates the capture). It holds the capture gate (icuda.HoldCaptureBegins) from its check
+// of s to the wait, so that a capture begun through package cuda meanwhile waits for the wait.
+// A block this Acquire brought back (restored) stays on the device, unacquired, when refused.
+// t.mu is held.
+func (t *Tier) waitOn(id BlockID, b *block, s cuda.Stream, restored bool) error {
+	if !(b.readySeq != 0 && t.pending(dirH2D, b.readySeq)) && !t.mustWait(b, s) {
+		return nil
+	}
+	icuda.HoldCaptureBegins()
+	defer icuda.ReleaseCaptureBegins()
+	h := t.handle(id)
+	if err := t.notCapturing(s, "Acquire", h); err != nil {
+		if restored {
+			t.policy.Used(id) // resident, not acquired: evictable (waitReady)
+		}
+		return err
+	}
+	if err := t.waitReady(id, b, s, restored); err != nil {
+		return t.refusedStream(s, fmt.Sprintf("stream %#x waits for block %#x", s, uint64(h)), err)
+	}
+	return nil
 }
 
 // waitReady makes s wait for block id's restore if it is in flight, and for its releases on
