@@ -499,6 +499,10 @@ func latencyRun(purge bool, ops int) (q [3]float64, freed, purged uint64, err er
 	}
 	defer func() { err = errors.Join(err, p.Close()) }()
 	size := func(z uint64) int { return larsonSize(z, 16, 8<<10) }
+	// The room for the samples and the live set is made first: made after the bulk frees, a
+	// make of megabytes could stall while the purge they started runs, past it under load.
+	ns := make([]int64, 0, ops)
+	live := make([][]byte, 10_000)
 	bulk := make([][]byte, latencyBulk)
 	defer func() {
 		for _, b := range bulk {
@@ -518,7 +522,6 @@ func latencyRun(purge bool, ops int) (q [3]float64, freed, purged uint64, err er
 		}
 		bulk[i], freed = nil, freed+uint64(len(b))
 	}
-	live := make([][]byte, 10_000)
 	defer func() {
 		for _, b := range live {
 			if b != nil {
@@ -526,7 +529,6 @@ func latencyRun(purge bool, ops int) (q [3]float64, freed, purged uint64, err er
 			}
 		}
 	}()
-	ns := make([]int64, 0, ops)
 	before := p.Stats().Purged
 	for k := range ops {
 		z := larsonDraw(10, uint64(k))
