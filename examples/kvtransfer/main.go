@@ -279,12 +279,12 @@ func (s *side) prefill(c config, addr string, out io.Writer) (err error) {
 		if m, err := conn.Recv(ctx); err != nil || string(m) != fmt.Sprint("ok ", r) {
 			return fmt.Errorf("decode on request %d: %q, %v", r, m, err)
 		}
-		fmt.Fprintf(out, "request %2d: %d blocks of %d KiB in %v, checked by decode\n", r, c.blocks, c.block>>10, took.Round(time.Microsecond))
+		fmt.Fprintf(out, "request %2d: %d blocks of %s in %v, checked by decode\n", r, c.blocks, amount(int64(c.block)), took.Round(time.Microsecond))
 	}
-	total := float64(c.requests * c.blocks * c.block)
+	total := int64(c.requests) * int64(c.blocks) * int64(c.block)
 	st := s.w.Stats()
-	fmt.Fprintf(out, "kvtransfer: %d requests x %d blocks x %d KiB = %.1f MiB in %v of transfers: %.0f MB/s, every byte checked\n",
-		c.requests, c.blocks, c.block>>10, total/(1<<20), busy.Round(time.Millisecond), total/busy.Seconds()/1e6)
+	fmt.Fprintf(out, "kvtransfer: %d requests x %d blocks x %s = %s in %v of transfers: %s/s, every byte checked\n",
+		c.requests, c.blocks, amount(int64(c.block)), amount(total), busy.Round(time.Millisecond), amount(int64(float64(total)/busy.Seconds())))
 	fmt.Fprintf(out, "UCX registrations: %d for %d blocks sent (the pool's %s, registered once, not each block)\n",
 		st.Registrations, c.requests*c.blocks, plural(st.Regions, "region"))
 	return nil
