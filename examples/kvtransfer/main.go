@@ -87,8 +87,9 @@ func main() {
 func pattern(r, b, i int) byte { return byte(r*31 + b*7 + i + i>>8) }
 
 // newPool returns a pool of locked memory for n bytes of blocks, or of pageable memory where
-// the memlock limit cannot hold them.
-func newPool(n int, out io.Writer) (*pinned.Pool, error) {
+// the memlock limit cannot hold them, which it says on out as side's ("decode: memlock limit
+// below 16 MiB: pageable memory instead").
+func newPool(side string, n int, out io.Writer) (*pinned.Pool, error) {
 	p, err := pinned.New(pinned.Options{Capacity: max(64<<20, 2*n)})
 	if err != nil {
 		return nil, err
@@ -96,7 +97,7 @@ func newPool(n int, out io.Writer) (*pinned.Pool, error) {
 	b, err := p.Alloc(n) // commit (and lock) what the blocks need, once
 	if errors.Is(err, pinned.ErrMemlock) {
 		_ = p.Close()
-		fmt.Fprintf(out, "memlock limit below %d bytes: pageable memory instead\n", n)
+		fmt.Fprintf(out, "%s: memlock limit below %s: pageable memory instead\n", side, amount(int64(n)))
 		return pinned.New(pinned.Options{Capacity: max(64<<20, 2*n), Backend: pinned.Pageable})
 	}
 	if err != nil {
@@ -118,7 +119,7 @@ func newSide(c config, name string, out io.Writer) (*side, error) {
 	if err != nil {
 		return nil, err
 	}
-	pool, err := newPool(c.blocks*c.block, out)
+	pool, err := newPool(name, c.blocks*c.block, out)
 	if err != nil {
 		_ = w.Close()
 		return nil, err
@@ -335,7 +336,7 @@ func both(c config, out io.Writer) error {
 		if a, ok := strings.CutPrefix(strings.TrimSpace(line), "LISTEN "); ok {
 			addr = a
 		} else {
-			fmt.Fprint(out, "decode: ", line)
+			fmt.Fprint(out, line) // what decode says is labelled "decode: "
 		}
 	}
 	go func() { _, _ = io.Copy(out, rd) }()
