@@ -64,8 +64,9 @@ func main() {
 		}
 		*role, *listen = "decode", "127.0.0.1:0"
 	}
-	if c.blocks < 1 || c.block < 1 || c.requests < 1 {
-		log.Fatal("kvtransfer: -blocks, -block and -requests must be positive")
+	if err := checkFlags(c); err != nil {
+		fmt.Fprintln(os.Stderr, "kvtransfer:", err)
+		os.Exit(2)
 	}
 	var err error
 	switch *role {

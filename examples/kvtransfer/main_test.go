@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"strings"
@@ -23,8 +24,17 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(0)
 	}
+	if args, ok := os.LookupEnv(commandEnv); ok { // the command line, with these flags
+		os.Args = append([]string{"kvtransfer"}, strings.Fields(args)...)
+		flag.CommandLine = flag.NewFlagSet("kvtransfer", flag.ExitOnError) // without the test flags
+		main()
+		os.Exit(0)
+	}
 	os.Exit(m.Run())
 }
+
+// commandEnv, set to a command line's flags, makes the test binary run main with them.
+const commandEnv = "KVTRANSFER_TEST_ARGS"
 
 // syncWriter is a strings.Builder two goroutines write (prefill, and the copy of decode's
 // output).
