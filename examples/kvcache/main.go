@@ -204,8 +204,8 @@ func run(args []string, out io.Writer) (err error) {
 
 	k := newCache(c, t, heap, s, scratch, target)
 	defer func() { err = errors.Join(err, k.freeAll()) }()
-	fmt.Fprintf(out, "cache: %d MiB VRAM budget, KV kept at %.2g× it (%d MiB), blocks of %d KiB (%d tokens × %d B), eviction policy %s, %d sequence slots picked by Zipf(%.2g) popularity\n",
-		c.budget>>20, c.oversub, target>>20, c.blockBytes()>>10, c.blockTokens, c.tokenBytes, c.policy, len(k.slots), c.zipfS)
+	fmt.Fprintf(out, "cache: %d MiB VRAM budget, KV kept at %.2g× it (%d MiB), blocks of %s (%d tokens × %d B), eviction policy %s, %d sequence slots picked by Zipf(%.2g) popularity\n",
+		c.budget>>20, c.oversub, target>>20, size(c.blockBytes()), c.blockTokens, c.tokenBytes, c.policy, len(k.slots), c.zipfS)
 
 	if err := k.fill(); err != nil {
 		return err
