@@ -54,7 +54,8 @@ func main() {
 		if errors.Is(err, flag.ErrHelp) {
 			return
 		}
-		log.Fatal(err)
+		fmt.Fprintln(os.Stderr, "kvcache:", err) // a flag out of its range: said at once, exit 2 as flag does
+		os.Exit(2)
 	}
 	if _, err := cuda.Count(); errors.Is(err, cuda.ErrNoDriver) && os.Getenv(cuda.LibraryEnv) == "" {
 		// A process loads its driver once: run again, on the fake.
@@ -104,7 +105,7 @@ func parse(args []string) (*config, error) {
 	fs.IntVar(&c.prompt, "prompt", 48, "prompt tokens of a new sequence")
 	fs.IntVar(&c.batch, "batch", 8, "sequences decoded per step")
 	fs.IntVar(&c.steps, "steps", 500, "decode steps")
-	fs.Float64Var(&c.zipfS, "zipf", zipfDefault, "Zipf exponent of sequence popularity (> 1)")
+	fs.Float64Var(&c.zipfS, "zipf", zipfDefault, "Zipf exponent of sequence popularity (above 1, at most 100)")
 	fs.Uint64Var(&c.seed, "seed", 1, "seed of the popularity and the lengths")
 	fs.StringVar(&c.policy, "policy", "lru", "eviction policy: lru or 2q (scan-resistant)")
 	fs.Usage = func() {
@@ -122,17 +123,10 @@ func parse(args []string) (*config, error) {
 	}
 	c.budget = uintptr(max(*budget, 0))
 	c.policyFactory = policies[c.policy]
-	switch {
-	case c.policyFactory == nil:
-		return nil, fmt.Errorf("-policy %q: want lru or 2q", c.policy)
-	case !(c.zipfS > 1): // also NaN
-		return nil, fmt.Errorf("-zipf %g: want an exponent above 1", c.zipfS)
-	case !(c.oversub >= 1 && c.oversub <= 8):
-		return nil, fmt.Errorf("-oversub %g: want 1 to 8", c.oversub)
-	case *budget < 1<<20 || c.blockTokens <= 0 || c.tokenBytes <= 0 || c.batch <= 0 || c.steps <= 0:
-		return nil, errors.New("-budget must be at least 1 MiB; -block-tokens, -token-bytes, -batch and -steps positive")
-	case c.minLen <= c.prompt || c.maxLen < c.minLen || c.prompt <= 0:
-		return nil, errors.New("want 0 < -prompt < -min-len <= -max-len")
+	if err := checkFlags(c, *budget); err != nil {
+		return nil, err
+	}
+	switch { // within checkFlags' bounds, no product overflows
 	case c.maxBlocks()*c.blockBytes() > int(c.budget)/2:
 		// A decode holds every block of a sequence acquired at once: half the budget leaves
 		// room for the copies in flight, so that Acquire never finds it all pinned.
