@@ -9,7 +9,7 @@
 //
 // The pool's memory stays bounded by the chunks in flight, whatever the file's size: at most
 // (-inflight + -workers + 1) buffers of -chunk bytes are live (queued, being consumed, being
-// read), which the example prints and checks, and the pool commits them and the freed ones it
+// read), which the example counts (each buffer from before its Alloc to after its Free), prints and checks, and the pool commits them and the freed ones it
 // keeps for reuse until the purge delay passes (its peak committed, printed too, may be a few
 // chunks above the live bound). The defaults keep the live buffers at 5 MiB, within the 8 MiB
 // `ulimit -l` an ordinary user has (where the limit refuses a commit, the pool gives back what
@@ -105,7 +105,9 @@ func run(args []string, out io.Writer) (err error) {
 	nchunks := int((st.Size() + int64(*chunkSize) - 1) / int64(*chunkSize))
 	// The reader holds one buffer, the channel -inflight, each worker one: the pool's bound.
 	maxBufs := *inFlight + *workers + 1
-	var live, maxLive atomic.Int64 // buffers live now, and the most at once
+	// Buffers held by the pipeline now, and the most at once: each counted from before its Alloc
+	// to after its Free returns, so the pool's live buffers are never more than the count.
+	var live, maxLive atomic.Int64
 
 	// Auto: memory registered with CUDA (cuMemHostRegister) when a driver is present, so that
 	// copies to the GPU run at DMA speed; mmap+mlock otherwise.
@@ -177,13 +179,14 @@ func run(args []string, out io.Writer) (err error) {
 		}()
 	}
 	for i := 0; i < nchunks && !failed(); i++ {
+		if n := live.Add(1); n > maxLive.Load() { // before the Alloc: live never undercounts
+			maxLive.Store(n) // only this goroutine stores
+		}
 		buf, err := pool.Alloc(*chunkSize)
 		if err != nil {
+			live.Add(-1)
 			fail(err) // under a small RLIMIT_MEMLOCK it says which limit and how to raise it
 			break
-		}
-		if n := live.Add(1); n > maxLive.Load() {
-			maxLive.Store(n) // only this goroutine stores
 		}
 		n, err := readAt(f, buf, int64(i)*int64(*chunkSize))
 		if err != nil {
@@ -202,13 +205,13 @@ func run(args []string, out io.Writer) (err error) {
 	ps := pool.Stats()
 	fmt.Fprintf(out, "loaded %s in %d chunks (O_DIRECT: %s) with %d workers: %s/s\n",
 		amount(st.Size()), nchunks, yesNo(direct), *workers, amount(int64(float64(st.Size())/elapsed.Seconds())))
-	fmt.Fprintf(out, "pool (%s): at most %d buffers live at once, peak committed %s (live buffers "+
-		"and freed ones kept for reuse) for a %s file\n"+
+	fmt.Fprintf(out, "pool (%s): at most %d buffers held at once (each from before its Alloc to after its Free), "+
+		"peak committed %s (live buffers and freed ones kept for reuse) for a %s file\n"+
 		"  (bound: %d in flight + %d workers + 1 being read = %d buffers of %d KiB, %.1f MiB); %d allocs, %d frees\n",
 		ps.Backend, maxLive.Load(), amount(int64(ps.PeakCommitted)), amount(st.Size()),
 		*inFlight, *workers, maxBufs, *chunkSize>>10, mib(uint64(maxBufs)*uint64(*chunkSize)), ps.Allocs, ps.Frees)
 	if maxLive.Load() > int64(maxBufs) {
-		return fmt.Errorf("%d buffers were live at once, more than the %d the pipeline allows", maxLive.Load(), maxBufs)
+		return fmt.Errorf("%d buffers were held at once, more than the %d the pipeline allows", maxLive.Load(), maxBufs)
 	}
 	if gpu != nil {
 		gs := gpu.Stats()
