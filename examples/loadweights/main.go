@@ -9,9 +9,10 @@
 //
 // The pool's memory stays bounded by the chunks in flight, whatever the file's size: at most
 // (-inflight + -workers + 1) buffers of -chunk bytes are live (queued, being consumed, being
-// read), which the example counts (each buffer from before its Alloc to after its Free), prints and checks, and the pool commits them and the freed ones it
-// keeps for reuse until the purge delay passes (its peak committed, printed too, may be a few
-// chunks above the live bound). The defaults keep the live buffers at 5 MiB, within the 8 MiB
+// read), which the example counts (each buffer from before its Alloc to after its Free),
+// prints and checks, and the pool commits them and the freed ones it keeps for reuse until
+// the purge delay passes (its peak committed, printed too, may be a few chunks above the live
+// bound). The defaults keep the live buffers at 5 MiB, within the 8 MiB
 // `ulimit -l` an ordinary user has (where the limit refuses a commit, the pool gives back what
 // it keeps and commits again); bigger chunks or more of them need a bigger limit without a
 // GPU (with one, the pool is CUDA pinned memory, which RLIMIT_MEMLOCK does not count). The
@@ -55,6 +56,10 @@ func main() {
 		if errors.Is(err, flag.ErrHelp) {
 			return // -h: the usage is printed
 		}
+		if errors.As(err, new(flagError)) {
+			fmt.Fprintln(os.Stderr, "loadweights:", err)
+			os.Exit(2)
+		}
 		log.Fatal(err)
 	}
 }
@@ -77,8 +82,8 @@ func run(args []string, out io.Writer) (err error) {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if *chunkSize <= 0 || *chunkSize%4096 != 0 || *workers <= 0 || *inFlight <= 0 {
-		return errors.New("-chunk must be a positive multiple of 4096; -workers and -inflight positive")
+	if err := checkFlags(*size, *chunkSize, *workers, *inFlight); err != nil {
+		return err
 	}
 
 	if *path == "" {
