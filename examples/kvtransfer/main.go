@@ -149,13 +149,22 @@ func decode(c config, listen string, out io.Writer) (err error) {
 	}
 	defer l.Close()
 	fmt.Fprintf(out, "LISTEN %s\n", l.Addr())
+	// The request's blocks, freed on the way out after the connection's Close (no put of the
+	// peer's lands in them then), so that a peer gone mid-request is the error, alone.
+	blocks := make([][]byte, c.blocks)
+	defer func() {
+		for _, b := range blocks {
+			if b != nil {
+				err = errors.Join(err, s.pool.Free(b))
+			}
+		}
+	}()
 	ctx := context.Background()
 	conn, err := l.Accept(ctx)
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
-	blocks := make([][]byte, c.blocks)
 	for r := range c.requests {
 		var descs []byte
 		for i := range blocks {
@@ -171,8 +180,10 @@ func decode(c config, listen string, out io.Writer) (err error) {
 		if err := conn.Send(ctx, descs); err != nil {
 			return err
 		}
-		if m, err := conn.Recv(ctx); err != nil || string(m) != fmt.Sprint("done ", r) {
-			return fmt.Errorf("request %d: %q, %v", r, m, err)
+		if m, err := conn.Recv(ctx); err != nil {
+			return fmt.Errorf("request %d: %w", r, err)
+		} else if string(m) != fmt.Sprint("done ", r) {
+			return fmt.Errorf("request %d: prefill said %q, want %q", r, m, fmt.Sprint("done ", r))
 		}
 		bad := 0
 		for i, b := range blocks {
@@ -181,6 +192,7 @@ func decode(c config, listen string, out io.Writer) (err error) {
 					bad++
 				}
 			}
+			blocks[i] = nil
 			if err := s.pool.Free(b); err != nil {
 				return err
 			}
