@@ -36,24 +36,9 @@ func TestCopyHoldsCaptureGate(t *testing.T) {
 		must(t, "PauseAfterCaptureCheck", f.PauseAfterCaptureCheck(dev))
 		copied := make(chan error, 1)
 		go func() { copied <- b.Copy([]Job{mkJob(dst, src, n)}, pcuda.Stream(s)) }()
-		f.WaitPaused(t)
-		begun := th(func() error { return dev.StreamBeginCapture(s, cuda.CaptureGlobal) })
-		var began bool
-		f.WaitUntil(t, "the capture neither began nor waited", func() bool {
-			select {
-			case err := <-begun:
-				must(t, "StreamBeginCapture", err)
-				began = true
-				return true
-			default:
-				return cuda.CaptureBeginsWaiting() > 0
-			}
-		})
-		f.ResumeCall()
+		began, begun := f.BeginDuringPause(t, th, func() error { return dev.StreamBeginCapture(s, cuda.CaptureGlobal) })
 		err := <-copied
-		if !began {
-			must(t, "StreamBeginCapture, once the Copy let it", <-begun)
-		}
+		must(t, "StreamBeginCapture", begun())
 		must(t, "StreamEndCapture", <-th(func() error {
 			g, err := dev.StreamEndCapture(s)
 			if err == nil {

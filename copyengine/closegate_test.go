@@ -35,24 +35,9 @@ func TestCloseLostHoldsCaptureGate(t *testing.T) {
 	must(t, "PauseAfterCaptureCheck", f.PauseAfterCaptureCheck(dev)) // the legacy stream's, in captureSeen
 	closed := make(chan error, 1)
 	go func() { closed <- b.Close() }()
-	f.WaitPaused(t)
-	begun := th(func() error { return dev.StreamBeginCapture(sc, cuda.CaptureGlobal) })
-	var began bool
-	f.WaitUntil(t, "the capture neither began nor waited", func() bool {
-		select {
-		case err := <-begun:
-			must(t, "StreamBeginCapture", err)
-			began = true
-			return true
-		default:
-			return cuda.CaptureBeginsWaiting() > 0
-		}
-	})
-	f.ResumeCall()
+	began, begun := f.BeginDuringPause(t, th, func() error { return dev.StreamBeginCapture(sc, cuda.CaptureGlobal) })
 	err = <-closed
-	if !began {
-		must(t, "StreamBeginCapture, once Close let it", <-begun)
-	}
+	must(t, "StreamBeginCapture", begun())
 	if err := <-th(func() error {
 		g, err := dev.StreamEndCapture(sc)
 		if err == nil {

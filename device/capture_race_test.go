@@ -28,25 +28,10 @@ func TestFakeStatsRacingCaptureBegin(t *testing.T) {
 	must(t, "PauseAfterCaptureCheck", f.PauseAfterCaptureCheck(dev))
 	stats := make(chan Stats, 1)
 	go func() { stats <- h.Stats() }()
-	f.WaitPaused(t)
 	th := fakecuda.LockedThread(t)
-	begun := th(func() error { return dev.StreamBeginCapture(s, cuda.CaptureGlobal) })
-	var berr error
-	f.WaitUntil(t, "the begin of the capture neither ended nor waits", func() bool {
-		select {
-		case berr = <-begun:
-			begun = nil
-			return true
-		default:
-			return cuda.CaptureBeginsWaiting() > 0
-		}
-	})
-	f.ResumeCall()
+	_, begun := f.BeginDuringPause(t, th, func() error { return dev.StreamBeginCapture(s, cuda.CaptureGlobal) })
 	st := <-stats
-	if begun != nil {
-		berr = <-begun
-	}
-	must(t, "StreamBeginCapture", berr)
+	must(t, "StreamBeginCapture", begun())
 	err := <-th(func() error {
 		g, err := dev.StreamEndCapture(s)
 		if err == nil {

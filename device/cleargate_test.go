@@ -43,24 +43,9 @@ func TestFakeClearHoldsCaptureGate(t *testing.T) {
 				freed <- h.Free(pcuda.DevicePtr(p))
 			}
 		}()
-		f.WaitPaused(t)
-		begun := th(func() error { return dev.StreamBeginCapture(on, cuda.CaptureGlobal) })
-		var began bool
-		f.WaitUntil(t, "the capture neither began nor waited", func() bool {
-			select {
-			case err := <-begun:
-				must(t, "StreamBeginCapture", err)
-				began = true
-				return true
-			default:
-				return cuda.CaptureBeginsWaiting() > 0
-			}
-		})
-		f.ResumeCall()
+		began, begun := f.BeginDuringPause(t, th, func() error { return dev.StreamBeginCapture(on, cuda.CaptureGlobal) })
 		err := <-freed
-		if !began {
-			must(t, "StreamBeginCapture, once the free let it", <-begun)
-		}
+		must(t, "StreamBeginCapture", begun())
 		if err := <-th(func() error {
 			g, err := dev.StreamEndCapture(on)
 			if err == nil {

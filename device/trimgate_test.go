@@ -24,24 +24,9 @@ func TestFakeTrimHoldsCaptureGate(t *testing.T) {
 	must(t, "PauseAfterCaptureChecks", f.PauseAfterCaptureChecks(dev, 1))
 	trimmed := make(chan error, 1)
 	go func() { trimmed <- h.Trim() }()
-	f.WaitPaused(t)
-	begun := th(func() error { return dev.StreamBeginCapture(s, cuda.CaptureGlobal) })
-	var began bool
-	f.WaitUntil(t, "the capture neither began nor waited", func() bool {
-		select {
-		case err := <-begun:
-			must(t, "StreamBeginCapture", err)
-			began = true
-			return true
-		default:
-			return cuda.CaptureBeginsWaiting() > 0
-		}
-	})
-	f.ResumeCall()
+	began, begun := f.BeginDuringPause(t, th, func() error { return dev.StreamBeginCapture(s, cuda.CaptureGlobal) })
 	err := <-trimmed
-	if !began {
-		must(t, "StreamBeginCapture, once the Trim let it", <-begun)
-	}
+	must(t, "StreamBeginCapture", begun())
 	if err := <-th(func() error {
 		g, err := dev.StreamEndCapture(s)
 		if err == nil {

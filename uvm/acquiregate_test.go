@@ -29,24 +29,9 @@ func TestAcquireHoldsCaptureGate(t *testing.T) {
 	must(t, f.PauseAfterCaptureCheck(dev)) // the Acquire's check that s2 does not capture
 	acquired := make(chan error, 1)
 	go func() { _, err := tr.Acquire(hs[0], s2, uvm.Read); acquired <- err }()
-	f.WaitPaused(t)
-	begun := th(func() error { return dev.StreamBeginCapture(uintptr(s2), icuda.CaptureGlobal) })
-	var began bool
-	f.WaitUntil(t, "the capture neither began nor waited", func() bool {
-		select {
-		case err := <-begun:
-			must(t, err)
-			began = true
-			return true
-		default:
-			return icuda.CaptureBeginsWaiting() > 0
-		}
-	})
-	f.ResumeCall()
+	began, begun := f.BeginDuringPause(t, th, func() error { return dev.StreamBeginCapture(uintptr(s2), icuda.CaptureGlobal) })
 	err := <-acquired
-	if !began {
-		must(t, <-begun)
-	}
+	must(t, begun())
 	eerr := <-th(func() error {
 		g, err := dev.StreamEndCapture(uintptr(s2))
 		if err == nil {

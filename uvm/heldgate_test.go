@@ -36,24 +36,9 @@ func TestSyncHeldBackHoldsCaptureGate(t *testing.T) {
 	must(t, f.PauseAfterCaptureChecks(dev, 1))
 	synced := make(chan error, 1)
 	go func() { synced <- tr.Sync() }()
-	f.WaitPaused(t)
-	begun := th(func() error { return dev.StreamBeginCapture(c, icuda.CaptureGlobal) })
-	var began bool
-	f.WaitUntil(t, "the capture neither began nor waited", func() bool {
-		select {
-		case err := <-begun:
-			must(t, err)
-			began = true
-			return true
-		default:
-			return icuda.CaptureBeginsWaiting() > 0
-		}
-	})
-	f.ResumeCall()
+	began, begun := f.BeginDuringPause(t, th, func() error { return dev.StreamBeginCapture(c, icuda.CaptureGlobal) })
 	err = <-synced
-	if !began {
-		must(t, <-begun)
-	}
+	must(t, begun())
 	if eerr := <-th(func() error {
 		g, err := dev.StreamEndCapture(c)
 		if err == nil {

@@ -40,24 +40,9 @@ func TestReleaseDestroyedHoldsCaptureGate(t *testing.T) {
 	must(t, f.PauseAfterCaptureChecks(dev, 1))
 	released := make(chan error, 1)
 	go func() { released <- tr.Release(h, dead) }()
-	f.WaitPaused(t)
-	begun := th(func() error { return dev.StreamBeginCapture(c, icuda.CaptureGlobal) })
-	var began bool
-	f.WaitUntil(t, "the capture neither began nor waited", func() bool {
-		select {
-		case err := <-begun:
-			must(t, err)
-			began = true
-			return true
-		default:
-			return icuda.CaptureBeginsWaiting() > 0
-		}
-	})
-	f.ResumeCall()
+	began, begun := f.BeginDuringPause(t, th, func() error { return dev.StreamBeginCapture(c, icuda.CaptureGlobal) })
 	err = <-released
-	if !began {
-		must(t, <-begun)
-	}
+	must(t, begun())
 	if eerr := <-th(func() error {
 		g, err := dev.StreamEndCapture(c)
 		if err == nil {

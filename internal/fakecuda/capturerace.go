@@ -62,3 +62,31 @@ func LockedThread(tb testing.TB) func(func() error) <-chan error {
 		return done
 	}
 }
+
+// BeginDuringPause begins a capture with begin on th (LockedThread) while the call that
+// PauseAfterCaptureCheck stopped waits (WaitPaused first), until the capture has begun or waits
+// for the capture gate (cuda.CaptureBeginsWaiting), then resumes the call. began reports that
+// the capture began while the call waited: nothing held it off. Once the paused call has
+// returned, begun gives begin's error (a capture held off begins when the call lets it).
+func (d *Driver) BeginDuringPause(tb testing.TB, th func(func() error) <-chan error, begin func() error) (began bool, begun func() error) {
+	tb.Helper()
+	d.WaitPaused(tb)
+	ch := th(begin)
+	var err error
+	d.WaitUntil(tb, "the capture neither began nor waited for the capture gate", func() bool {
+		select {
+		case err = <-ch:
+			began = true
+			return true
+		default:
+			return cuda.CaptureBeginsWaiting() > 0
+		}
+	})
+	d.ResumeCall()
+	return began, func() error {
+		if began {
+			return err
+		}
+		return <-ch
+	}
+}

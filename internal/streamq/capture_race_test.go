@@ -39,26 +39,11 @@ func TestFakePollRacingCaptureBegin(t *testing.T) {
 		done, err := ls.Poll(nil)
 		polled <- answer{done, err}
 	}()
-	f.WaitPaused(t)
 	th := fakecuda.LockedThread(t)
-	begun := th(func() error { return dev.StreamBeginCapture(s, cuda.CaptureGlobal) })
-	var berr error
-	f.WaitUntil(t, "the begin of the capture neither ended nor waits", func() bool {
-		select {
-		case berr = <-begun:
-			begun = nil
-			return true
-		default:
-			return cuda.CaptureBeginsWaiting() > 0
-		}
-	})
-	f.ResumeCall()
+	_, begun := f.BeginDuringPause(t, th, func() error { return dev.StreamBeginCapture(s, cuda.CaptureGlobal) })
 	a := <-polled
-	if begun != nil {
-		berr = <-begun
-	}
-	if berr != nil {
-		t.Fatal(berr)
+	if err := begun(); err != nil {
+		t.Fatal(err)
 	}
 	ended := th(func() error {
 		g, err := dev.StreamEndCapture(s)
