@@ -22,21 +22,15 @@ func TestCalibrationNoEventSaysTheRefusal(t *testing.T) {
 	if f == nil {
 		return
 	}
-	for _, c := range []struct {
-		code int
-		want error
-	}{
-		{fakecuda.ResultOutOfMemory, pinmalloc.ErrOutOfMemory},
-		{fakecuda.ResultInvalidValue, pinmalloc.ErrRefused},
-	} {
+	for _, c := range fakecuda.EventRefusals(pinmalloc.ErrOutOfMemory, pinmalloc.ErrRefused) {
 		forgetCalibrations()
-		f.FailAfter(fakecuda.CallEventCreate, 0, c.code)
+		f.FailAfter(fakecuda.CallEventCreate, 0, c.Code)
 		b := newBatcher(t, dev, Options{})
 		_, err := b.Calibration()
-		if !errors.Is(err, ErrNotCalibrated) || !errors.Is(err, streamq.ErrNoEvent) || !errors.Is(err, c.want) ||
+		if !errors.Is(err, ErrNotCalibrated) || !errors.Is(err, streamq.ErrNoEvent) || !errors.Is(err, c.Want) ||
 			strings.Count(err.Error(), "no event") != 1 {
 			t.Errorf("calibration with cuEventCreate refused (%d): %v; want ErrNotCalibrated, streamq.ErrNoEvent and %v, \"no event\" said once",
-				c.code, err, c.want)
+				c.Code, err, c.Want)
 		}
 		if _, err := newBatcher(t, dev, Options{}).Calibration(); err != nil {
 			t.Errorf("calibration again: %v", err)

@@ -38,20 +38,14 @@ func TestFakeFenceNoEventSaysTheRefusal(t *testing.T) {
 		{"kernel, low priority", Options{Method: MethodKernel, LowPriority: true}, s, 1},
 		{"batch API, legacy stream", Options{Method: MethodBatchAPI}, 0, 0},
 	} {
-		for _, c := range []struct {
-			code int
-			want error
-		}{
-			{fakecuda.ResultOutOfMemory, pinmalloc.ErrOutOfMemory},
-			{fakecuda.ResultInvalidValue, pinmalloc.ErrRefused},
-		} {
+		for _, c := range fakecuda.EventRefusals(pinmalloc.ErrOutOfMemory, pinmalloc.ErrRefused) {
 			b := newBatcher(t, dev, m.o)
-			f.FailAfter(fakecuda.CallEventCreate, m.skip, c.code)
+			f.FailAfter(fakecuda.CallEventCreate, m.skip, c.Code)
 			err := b.Copy([]Job{mkJob(d, host, 4096)}, pcuda.Stream(m.on))
-			if !errors.Is(err, streamq.ErrNoEvent) || !errors.Is(err, c.want) ||
+			if !errors.Is(err, streamq.ErrNoEvent) || !errors.Is(err, c.Want) ||
 				strings.Count(err.Error(), "no event") != 1 || !strings.HasPrefix(err.Error(), "copyengine: ") {
 				t.Errorf("%s: Copy with cuEventCreate refused (%d) = %v; want streamq.ErrNoEvent and %v, \"no event\" said once, under the package's name",
-					m.name, c.code, err, c.want)
+					m.name, c.Code, err, c.Want)
 			}
 			must(t, "Copy again", b.Copy([]Job{mkJob(d, host, 4096)}, pcuda.Stream(m.on)))
 			must(t, "StreamSynchronize", dev.StreamSynchronize(m.on))

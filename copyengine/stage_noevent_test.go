@@ -28,19 +28,13 @@ func TestFakeStageNoEventSaysTheRefusal(t *testing.T) {
 	must(t, "StreamCreate", err)
 	defer func() { must(t, "StreamDestroy", dev.StreamDestroy(s)) }()
 	host, d := hostMem(t, dev, 4096), devMem(t, dev, 4096)
-	for _, c := range []struct {
-		code int
-		want error
-	}{
-		{fakecuda.ResultOutOfMemory, pinmalloc.ErrOutOfMemory},
-		{fakecuda.ResultInvalidValue, pinmalloc.ErrRefused},
-	} {
+	for _, c := range fakecuda.EventRefusals(pinmalloc.ErrOutOfMemory, pinmalloc.ErrRefused) {
 		b := newBatcher(t, dev, Options{Method: MethodKernel})
-		f.FailAfter(fakecuda.CallEventCreate, 0, c.code)
+		f.FailAfter(fakecuda.CallEventCreate, 0, c.Code)
 		err := b.Copy([]Job{mkJob(d, host, 4096)}, pcuda.Stream(s))
-		if !errors.Is(err, streamq.ErrNoEvent) || !errors.Is(err, c.want) ||
+		if !errors.Is(err, streamq.ErrNoEvent) || !errors.Is(err, c.Want) ||
 			strings.Count(err.Error(), "no event") != 1 {
-			t.Errorf("Copy with cuEventCreate refused (%d) = %v; want streamq.ErrNoEvent and %v, \"no event\" said once", c.code, err, c.want)
+			t.Errorf("Copy with cuEventCreate refused (%d) = %v; want streamq.ErrNoEvent and %v, \"no event\" said once", c.Code, err, c.Want)
 		}
 		must(t, "Copy again", b.Copy([]Job{mkJob(d, host, 4096)}, pcuda.Stream(s)))
 		must(t, "StreamSynchronize", dev.StreamSynchronize(s))

@@ -32,22 +32,16 @@ func TestFakeWriteNoEventSaysTheRefusal(t *testing.T) {
 	must(t, "MemsetAsync on b", h.MemsetAsync(pcuda.DevicePtr(q), 1, 4096, pcuda.Stream(b)))
 	must(t, "FreeAsync on b", h.FreeAsync(pcuda.DevicePtr(q), pcuda.Stream(b)))
 	r := alloc(t, h, 4096, a)
-	for _, c := range []struct {
-		code int
-		want error
-	}{
-		{fakecuda.ResultOutOfMemory, ErrOutOfMemory},
-		{fakecuda.ResultInvalidValue, pinmalloc.ErrRefused},
-	} {
+	for _, c := range fakecuda.EventRefusals(ErrOutOfMemory, pinmalloc.ErrRefused) {
 		check := func(what string, err error) {
 			t.Helper()
-			if !errors.Is(err, c.want) || err == nil || !strings.Contains(err.Error(), "no event") {
-				t.Errorf("%s with cuEventCreate refused (%d) = %v; want %v saying \"no event\"", what, c.code, err, c.want)
+			if !errors.Is(err, c.Want) || err == nil || !strings.Contains(err.Error(), "no event") {
+				t.Errorf("%s with cuEventCreate refused (%d) = %v; want %v saying \"no event\"", what, c.Code, err, c.Want)
 			}
 		}
-		f.FailAfter(fakecuda.CallEventCreate, 0, c.code)
+		f.FailAfter(fakecuda.CallEventCreate, 0, c.Code)
 		check("HtoD", h.HtoD(pcuda.DevicePtr(p), make([]byte, 4096)))
-		f.FailAfter(fakecuda.CallEventCreate, 0, c.code)
+		f.FailAfter(fakecuda.CallEventCreate, 0, c.Code)
 		check("Free", h.Free(pcuda.DevicePtr(p)))
 		if st := h.Stats(); st.Live != 3 {
 			t.Errorf("after the refused Free: %d live, want 3", st.Live)

@@ -27,13 +27,7 @@ func TestFakeSyncNoEventKeepsUnseenCapture(t *testing.T) {
 	if f == nil {
 		return
 	}
-	for _, c := range []struct {
-		code int
-		want error
-	}{
-		{fakecuda.ResultOutOfMemory, ErrOutOfMemory},
-		{fakecuda.ResultInvalidValue, pinmalloc.ErrRefused},
-	} {
+	for _, c := range fakecuda.EventRefusals(ErrOutOfMemory, pinmalloc.ErrRefused) {
 		h := newHeap(t, dev, Options{Capacity: 8 << 20, PurgeDelay: -1})
 		user, err := dev.StreamCreate(true) // never seen by the heap
 		must(t, "StreamCreate", err)
@@ -45,16 +39,16 @@ func TestFakeSyncNoEventKeepsUnseenCapture(t *testing.T) {
 		r := alloc(t, h, 64<<10, a) // its poll gives the free a point: the idle event
 		runtime.LockOSThread()
 		must(t, "StreamBeginCapture", dev.StreamBeginCapture(user, cuda.CaptureRelaxed))
-		f.FailAfter(fakecuda.CallEventCreate, 0, c.code)
+		f.FailAfter(fakecuda.CallEventCreate, 0, c.Code)
 		err = h.Sync()
 		g, cerr := dev.StreamEndCapture(user)
 		runtime.UnlockOSThread()
 		if cerr != nil {
-			t.Fatalf("Sync with cuEventCreate refused (%d) = %v, and ended the user's capture: %v", c.code, err, cerr)
+			t.Fatalf("Sync with cuEventCreate refused (%d) = %v, and ended the user's capture: %v", c.Code, err, cerr)
 		}
 		must(t, "GraphDestroy", dev.GraphDestroy(g))
-		if !errors.Is(err, streamq.ErrNoEvent) || !errors.Is(err, c.want) || strings.Count(err.Error(), "no event") != 1 {
-			t.Errorf("Sync with cuEventCreate refused (%d) = %v; want streamq.ErrNoEvent and %v, \"no event\" said once", c.code, err, c.want)
+		if !errors.Is(err, streamq.ErrNoEvent) || !errors.Is(err, c.Want) || strings.Count(err.Error(), "no event") != 1 {
+			t.Errorf("Sync with cuEventCreate refused (%d) = %v; want streamq.ErrNoEvent and %v, \"no event\" said once", c.Code, err, c.Want)
 		}
 		f.Hold(false)
 		must(t, "Sync again", h.Sync())

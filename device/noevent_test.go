@@ -22,23 +22,17 @@ func TestFakeNoEventNotTheStreams(t *testing.T) {
 	if f == nil {
 		return
 	}
-	for _, c := range []struct {
-		code int
-		want error
-	}{
-		{fakecuda.ResultOutOfMemory, ErrOutOfMemory},
-		{fakecuda.ResultInvalidValue, pinmalloc.ErrRefused},
-	} {
+	for _, c := range fakecuda.EventRefusals(ErrOutOfMemory, pinmalloc.ErrRefused) {
 		h := newHeap(t, dev, Options{Capacity: 16 << 20, PurgeDelay: -1})
 		p := alloc(t, h, 4096, 0) // the legacy stream is not asked: no event yet
 		s := newStream(t, dev, h)
 		events := f.Stat(fakecuda.Events)
-		f.FailAfter(fakecuda.CallEventCreate, 0, c.code)
+		f.FailAfter(fakecuda.CallEventCreate, 0, c.Code)
 		err := h.FreeAsync(pcuda.DevicePtr(p), pcuda.Stream(s))
-		if !errors.Is(err, c.want) || errors.Is(err, ErrInvalidStream) ||
+		if !errors.Is(err, c.Want) || errors.Is(err, ErrInvalidStream) ||
 			strings.Contains(err.Error(), "refused as a stream") {
 			t.Errorf("FreeAsync with cuEventCreate refused (%d) = %v; want %v, not a refused stream",
-				c.code, err, c.want)
+				c.Code, err, c.Want)
 		}
 		if n := f.Stat(fakecuda.Events); n != events {
 			t.Errorf("%d events after the refused create, want %d", n, events)

@@ -24,23 +24,17 @@ func TestFakeTrimNoEventSaysTheRefusal(t *testing.T) {
 	if f == nil {
 		return
 	}
-	for _, c := range []struct {
-		code int
-		want error
-	}{
-		{fakecuda.ResultOutOfMemory, ErrOutOfMemory},
-		{fakecuda.ResultInvalidValue, pinmalloc.ErrRefused},
-	} {
+	for _, c := range fakecuda.EventRefusals(ErrOutOfMemory, pinmalloc.ErrRefused) {
 		h := newHeap(t, dev, Options{Capacity: 8 << 20, PurgeDelay: -1})
 		p := alloc(t, h, 64<<10, 0) // the legacy stream is not asked: no event yet
 		must(t, "Free", h.Free(pcuda.DevicePtr(p)))
-		f.FailAfter(fakecuda.CallEventCreate, 0, c.code)
+		f.FailAfter(fakecuda.CallEventCreate, 0, c.Code)
 		err := h.Trim()
-		if !errors.Is(err, c.want) || !strings.Contains(err.Error(), "no event") {
-			t.Errorf("Trim with cuEventCreate refused (%d) = %v; want %v saying \"no event\"", c.code, err, c.want)
+		if !errors.Is(err, c.Want) || !strings.Contains(err.Error(), "no event") {
+			t.Errorf("Trim with cuEventCreate refused (%d) = %v; want %v saying \"no event\"", c.Code, err, c.Want)
 		}
 		if st := h.Stats(); st.Arena.ChunksInUse == 0 {
-			t.Errorf("Trim with cuEventCreate refused (%d) gave the legacy stream's memory back unwaited", c.code)
+			t.Errorf("Trim with cuEventCreate refused (%d) gave the legacy stream's memory back unwaited", c.Code)
 		}
 		must(t, "Trim again", h.Trim())
 		if st := h.Stats(); st.Arena.ChunksInUse != 0 {

@@ -27,13 +27,7 @@ func TestFakeForgetLegacyNoEventKeepsUnseenCapture(t *testing.T) {
 	if f == nil {
 		return
 	}
-	for _, c := range []struct {
-		code int
-		want error
-	}{
-		{fakecuda.ResultOutOfMemory, pinned.ErrOutOfMemory},
-		{fakecuda.ResultInvalidValue, pinned.ErrRefused},
-	} {
+	for _, c := range fakecuda.EventRefusals(pinned.ErrOutOfMemory, pinned.ErrRefused) {
 		p := newPool(t, pinned.Options{Backend: pinned.CUDAHost, Capacity: 8 << 20, PurgeDelay: -1})
 		user, err := dev.StreamCreate(true) // never seen by the pool
 		ok(t, "StreamCreate", err)
@@ -47,21 +41,21 @@ func TestFakeForgetLegacyNoEventKeepsUnseenCapture(t *testing.T) {
 		ok(t, "MemsetD8Async on the legacy stream", dev.MemsetD8Async(d, 1, 4096, 0))
 		runtime.LockOSThread()
 		ok(t, "StreamBeginCapture", dev.StreamBeginCapture(user, cuda.CaptureRelaxed))
-		f.FailAfter(fakecuda.CallEventCreate, 0, c.code)
+		f.FailAfter(fakecuda.CallEventCreate, 0, c.Code)
 		err = p.ForgetStream(0)
 		g, cerr := dev.StreamEndCapture(user)
 		runtime.UnlockOSThread()
 		if cerr != nil {
-			t.Fatalf("ForgetStream of the legacy stream with cuEventCreate refused (%d) = %v, and ended the user's capture: %v", c.code, err, cerr)
+			t.Fatalf("ForgetStream of the legacy stream with cuEventCreate refused (%d) = %v, and ended the user's capture: %v", c.Code, err, cerr)
 		}
 		ok(t, "GraphDestroy", dev.GraphDestroy(g))
-		if !errors.Is(err, streamq.ErrNoEvent) || !errors.Is(err, c.want) || errors.Is(err, pinned.ErrInvalidStream) ||
+		if !errors.Is(err, streamq.ErrNoEvent) || !errors.Is(err, c.Want) || errors.Is(err, pinned.ErrInvalidStream) ||
 			strings.Count(err.Error(), "no event") != 1 {
 			t.Errorf("ForgetStream of the legacy stream with cuEventCreate refused (%d) = %v; want streamq.ErrNoEvent and %v, not an invalid stream, \"no event\" said once",
-				c.code, err, c.want)
+				c.Code, err, c.Want)
 		}
 		if st := p.Stats(); st.Deferred != 1 {
-			t.Errorf("after ForgetStream with cuEventCreate refused (%d): %d deferred, want 1", c.code, st.Deferred)
+			t.Errorf("after ForgetStream with cuEventCreate refused (%d): %d deferred, want 1", c.Code, st.Deferred)
 		}
 		f.Hold(false)
 		ok(t, "ForgetStream again", p.ForgetStream(0))

@@ -22,13 +22,7 @@ func TestFakeNoEventNotTheStreams(t *testing.T) {
 	if f == nil {
 		return
 	}
-	for _, c := range []struct {
-		code int
-		want error
-	}{
-		{fakecuda.ResultOutOfMemory, pinned.ErrOutOfMemory},
-		{fakecuda.ResultInvalidValue, pinned.ErrRefused},
-	} {
+	for _, c := range fakecuda.EventRefusals(pinned.ErrOutOfMemory, pinned.ErrRefused) {
 		for _, what := range []string{"RecordStream", "FreeAsync"} {
 			p := newPool(t, pinned.Options{Backend: pinned.CUDAHost, Capacity: 8 << 20, PurgeDelay: -1})
 			cs, err := dev.StreamCreate(true)
@@ -43,12 +37,12 @@ func TestFakeNoEventNotTheStreams(t *testing.T) {
 				return p.FreeAsync(b, s)
 			}
 			events := f.Stat(fakecuda.Events)
-			f.FailAfter(fakecuda.CallEventCreate, 0, c.code)
+			f.FailAfter(fakecuda.CallEventCreate, 0, c.Code)
 			err = call()
-			if !errors.Is(err, c.want) || errors.Is(err, pinned.ErrInvalidStream) ||
+			if !errors.Is(err, c.Want) || errors.Is(err, pinned.ErrInvalidStream) ||
 				strings.Contains(err.Error(), "refused as a stream") {
 				t.Errorf("%s with cuEventCreate refused (%d) = %v; want %v, not a refused stream",
-					what, c.code, err, c.want)
+					what, c.Code, err, c.Want)
 			}
 			if n := f.Stat(fakecuda.Events); n != events {
 				t.Errorf("%s: %d events after the refused create, want %d", what, n, events)

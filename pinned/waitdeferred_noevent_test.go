@@ -27,13 +27,7 @@ func TestFakeAllocWaitNoEventKeepsUnseenCapture(t *testing.T) {
 	if f == nil {
 		return
 	}
-	for _, c := range []struct {
-		code int
-		want error
-	}{
-		{fakecuda.ResultOutOfMemory, pinned.ErrOutOfMemory},
-		{fakecuda.ResultInvalidValue, pinned.ErrRefused},
-	} {
+	for _, c := range fakecuda.EventRefusals(pinned.ErrOutOfMemory, pinned.ErrRefused) {
 		p := newPool(t, pinned.Options{Backend: pinned.CUDAHost, Capacity: 8 << 20, PurgeDelay: -1})
 		user, err := dev.StreamCreate(true) // never seen by the pool
 		ok(t, "StreamCreate", err)
@@ -50,19 +44,19 @@ func TestFakeAllocWaitNoEventKeepsUnseenCapture(t *testing.T) {
 		}
 		runtime.LockOSThread()
 		ok(t, "StreamBeginCapture", dev.StreamBeginCapture(user, cuda.CaptureRelaxed))
-		f.FailAfter(fakecuda.CallEventCreate, 0, c.code)
+		f.FailAfter(fakecuda.CallEventCreate, 0, c.Code)
 		_, err = p.Alloc(6 << 20)
 		g, cerr := dev.StreamEndCapture(user)
 		runtime.UnlockOSThread()
 		if cerr != nil {
-			t.Fatalf("Alloc with cuEventCreate refused (%d) = %v, and ended the user's capture: %v", c.code, err, cerr)
+			t.Fatalf("Alloc with cuEventCreate refused (%d) = %v, and ended the user's capture: %v", c.Code, err, cerr)
 		}
 		ok(t, "GraphDestroy", dev.GraphDestroy(g))
-		if !errors.Is(err, streamq.ErrNoEvent) || !errors.Is(err, c.want) || strings.Count(err.Error(), "no event") != 1 {
-			t.Errorf("Alloc with cuEventCreate refused (%d) = %v; want streamq.ErrNoEvent and %v, \"no event\" said once", c.code, err, c.want)
+		if !errors.Is(err, streamq.ErrNoEvent) || !errors.Is(err, c.Want) || strings.Count(err.Error(), "no event") != 1 {
+			t.Errorf("Alloc with cuEventCreate refused (%d) = %v; want streamq.ErrNoEvent and %v, \"no event\" said once", c.Code, err, c.Want)
 		}
 		if st := p.Stats(); st.Deferred != 1 {
-			t.Errorf("after the Alloc with cuEventCreate refused (%d): %d deferred, want 1", c.code, st.Deferred)
+			t.Errorf("after the Alloc with cuEventCreate refused (%d): %d deferred, want 1", c.Code, st.Deferred)
 		}
 		f.Hold(false)
 		ok(t, "Trim", p.Trim())

@@ -23,23 +23,17 @@ func TestFakeWaitStreamsNoEventNotTheStream(t *testing.T) {
 	if f == nil {
 		return
 	}
-	for _, c := range []struct {
-		code int
-		want error
-	}{
-		{fakecuda.ResultOutOfMemory, pinned.ErrOutOfMemory},
-		{fakecuda.ResultInvalidValue, pinned.ErrRefused},
-	} {
+	for _, c := range fakecuda.EventRefusals(pinned.ErrOutOfMemory, pinned.ErrRefused) {
 		p := newPool(t, pinned.Options{Backend: pinned.CUDAHost, Capacity: 8 << 20, PurgeDelay: -1})
 		b, err := p.Alloc(4096)
 		ok(t, "Alloc", err)
 		ok(t, "RecordStream on the legacy stream", p.RecordStream(b, pubcuda.Stream(0))) // asks nothing
-		f.FailAfter(fakecuda.CallEventCreate, 0, c.code)
+		f.FailAfter(fakecuda.CallEventCreate, 0, c.Code)
 		err = p.WaitStreams(b)
-		if !errors.Is(err, c.want) || errors.Is(err, pinned.ErrInvalidStream) ||
+		if !errors.Is(err, c.Want) || errors.Is(err, pinned.ErrInvalidStream) ||
 			!strings.Contains(err.Error(), "no event") {
 			t.Errorf("WaitStreams with cuEventCreate refused (%d) = %v; want %v saying \"no event\", not an invalid stream",
-				c.code, err, c.want)
+				c.Code, err, c.Want)
 		}
 		ok(t, "WaitStreams again", p.WaitStreams(b))
 		ok(t, "Free", p.Free(b))

@@ -22,19 +22,13 @@ func TestFakeNoEventRelease(t *testing.T) {
 	if f == nil {
 		return
 	}
-	for _, c := range []struct {
-		code int
-		want error
-	}{
-		{fakecuda.ResultOutOfMemory, pinmalloc.ErrOutOfMemory},
-		{fakecuda.ResultInvalidValue, pinmalloc.ErrRefused},
-	} {
+	for _, c := range fakecuda.EventRefusals(pinmalloc.ErrOutOfMemory, pinmalloc.ErrRefused) {
 		tr := newTier(t, dev, uvm.Options{DeviceBudget: 1 << 20, HostCapacity: 8 << 20})
 		s := stream(t, dev)
 		check := func(what string, err error) {
 			t.Helper()
-			if !errors.Is(err, c.want) || err == nil || strings.Count(err.Error(), "no event") != 1 {
-				t.Errorf("%s with cuEventCreate refused (%d) = %v; want %v saying \"no event\" once", what, c.code, err, c.want)
+			if !errors.Is(err, c.Want) || err == nil || strings.Count(err.Error(), "no event") != 1 {
+				t.Errorf("%s with cuEventCreate refused (%d) = %v; want %v saying \"no event\" once", what, c.Code, err, c.Want)
 			}
 		}
 		var hs [2]uvm.Handle
@@ -46,7 +40,7 @@ func TestFakeNoEventRelease(t *testing.T) {
 			hs[i] = h
 		}
 		must(t, tr.Release(hs[0], s)) // makes the tier's first release event: none idle after
-		f.FailAfter(fakecuda.CallEventCreate, 0, c.code)
+		f.FailAfter(fakecuda.CallEventCreate, 0, c.Code)
 		check("Release", tr.Release(hs[1], s))
 		if err := tr.Release(hs[1], s); !errors.Is(err, uvm.ErrNotAcquired) {
 			t.Errorf("Release again after the refused event: %v; want ErrNotAcquired (the use ended)", err)

@@ -20,22 +20,16 @@ func TestFakeNoEventNotTheStreams(t *testing.T) {
 	if f == nil {
 		return
 	}
-	for _, c := range []struct {
-		code int
-		want error
-	}{
-		{fakecuda.ResultOutOfMemory, pinmalloc.ErrOutOfMemory},
-		{fakecuda.ResultInvalidValue, pinmalloc.ErrRefused},
-	} {
+	for _, c := range fakecuda.EventRefusals(pinmalloc.ErrOutOfMemory, pinmalloc.ErrRefused) {
 		tr := newTier(t, dev, uvm.Options{DeviceBudget: 256 << 10})
 		hs := filled(t, tr, 1, 64<<10)
 		s := stream(t, dev)
-		f.FailAfter(fakecuda.CallEventCreate, 0, c.code)
+		f.FailAfter(fakecuda.CallEventCreate, 0, c.Code)
 		_, err := tr.Acquire(hs[0], s, uvm.Read)
-		if !errors.Is(err, c.want) || errors.Is(err, uvm.ErrInvalidStream) ||
+		if !errors.Is(err, c.Want) || errors.Is(err, uvm.ErrInvalidStream) ||
 			strings.Contains(err.Error(), "refused as a stream") {
 			t.Errorf("Acquire with cuEventCreate refused (%d) = %v; want %v, not a refused stream",
-				c.code, err, c.want)
+				c.Code, err, c.Want)
 		}
 		_, err = tr.Acquire(hs[0], s, uvm.Read)
 		must(t, err)

@@ -158,3 +158,17 @@ func LoadedFake() (*Driver, error) {
 	}
 	return open(path)
 }
+
+// EventRefusal is a refusal of cuEventCreate that a test injects (FailAfter(CallEventCreate,
+// skip, Code)), and the sentinel the library's error must match for it (Want).
+type EventRefusal struct {
+	Code int
+	Want error
+}
+
+// EventRefusals lists the refusals of cuEventCreate a test of a missing event tries: out of
+// memory, whose error must match oom (the package's ErrOutOfMemory), and an invalid value,
+// whose error must match refused (the package's ErrRefused).
+func EventRefusals(oom, refused error) []EventRefusal {
+	return []EventRefusal{{ResultOutOfMemory, oom}, {ResultInvalidValue, refused}}
+}
