@@ -49,9 +49,11 @@ func (w *syncWriter) Write(p []byte) (int, error) {
 	return w.b.Write(p)
 }
 
-// The example runs: every request's blocks arrive, checked byte for byte by the decode
-// process, with one registration per region of each pool.
-func TestKVTransfer(t *testing.T) {
+// runBoth runs both sides of the example with c, and returns what they printed; it skips
+// where UCX cannot be loaded (fails instead under PINMALLOC_REQUIRE_UCX) and fails t when
+// the run does.
+func runBoth(t *testing.T, c config) string {
+	t.Helper()
 	if w, err := remote.New(remote.Options{}); errors.Is(err, remote.ErrNoUCX) {
 		if os.Getenv("PINMALLOC_REQUIRE_UCX") != "" {
 			t.Fatal(err)
@@ -63,10 +65,16 @@ func TestKVTransfer(t *testing.T) {
 		_ = w.Close()
 	}
 	var out syncWriter
-	if err := both(config{blocks: 16, block: 16 << 10, requests: 4}, &out); err != nil {
+	if err := both(c, &out); err != nil {
 		t.Fatalf("%v\n%s", err, out.b.String())
 	}
-	s := out.b.String()
+	return out.b.String()
+}
+
+// The example runs: every request's blocks arrive, checked byte for byte by the decode
+// process, with one registration per region of each pool.
+func TestKVTransfer(t *testing.T) {
+	s := runBoth(t, config{blocks: 16, block: 16 << 10, requests: 4})
 	t.Log(s)
 	for _, want := range []string{"request  3: 16 blocks of 16 KiB", "every byte checked", "UCX registrations: 1 for 64 blocks sent (the pool's 1 region,"} {
 		if !strings.Contains(s, want) {

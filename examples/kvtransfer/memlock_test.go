@@ -1,12 +1,8 @@
 package main
 
 import (
-	"errors"
-	"os"
 	"strings"
 	"testing"
-
-	"github.com/pinmalloc/pinmalloc/remote"
 )
 
 // TestMemlockLineSaysSide: where the memlock limit cannot hold a pool's blocks (16 MiB here;
@@ -15,21 +11,7 @@ import (
 // It skips where this process can lock 16 MiB (root, or a higher limit): CI runs it as an
 // ordinary user under 8 MiB (.ci/unprivileged).
 func TestMemlockLineSaysSide(t *testing.T) {
-	if w, err := remote.New(remote.Options{}); errors.Is(err, remote.ErrNoUCX) {
-		if os.Getenv("PINMALLOC_REQUIRE_UCX") != "" {
-			t.Fatal(err)
-		}
-		t.Skipf("no UCX: %v", err)
-	} else if err != nil {
-		t.Fatal(err)
-	} else {
-		_ = w.Close()
-	}
-	var out syncWriter
-	if err := both(config{blocks: 256, block: 64 << 10, requests: 1}, &out); err != nil {
-		t.Fatalf("%v\n%s", err, out.b.String())
-	}
-	s := out.b.String()
+	s := runBoth(t, config{blocks: 256, block: 64 << 10, requests: 1})
 	if !strings.Contains(s, "memlock limit below") {
 		t.Skipf("this process locks 16 MiB (root, or a memlock limit above it): no fallback to say\n%s", s)
 	}

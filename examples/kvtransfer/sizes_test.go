@@ -1,33 +1,15 @@
 package main
 
 import (
-	"errors"
-	"os"
 	"regexp"
 	"strings"
 	"testing"
-
-	"github.com/pinmalloc/pinmalloc/remote"
 )
 
 // TestTinyBlockSizes: blocks under a KiB (-block 1) are said in bytes, and so are the total
 // and the rate. They read "4 blocks of 0 KiB", "= 0.0 MiB" and "0 MB/s".
 func TestTinyBlockSizes(t *testing.T) {
-	if w, err := remote.New(remote.Options{}); errors.Is(err, remote.ErrNoUCX) {
-		if os.Getenv("PINMALLOC_REQUIRE_UCX") != "" {
-			t.Fatal(err)
-		}
-		t.Skipf("no UCX: %v", err)
-	} else if err != nil {
-		t.Fatal(err)
-	} else {
-		_ = w.Close()
-	}
-	var out syncWriter
-	if err := both(config{blocks: 4, block: 1, requests: 2}, &out); err != nil {
-		t.Fatalf("%v\n%s", err, out.b.String())
-	}
-	s := out.b.String()
+	s := runBoth(t, config{blocks: 4, block: 1, requests: 2})
 	for _, want := range []string{"request  1: 4 blocks of 1 B in", "2 requests x 4 blocks x 1 B = 8 B in"} {
 		if !strings.Contains(s, want) {
 			t.Errorf("output lacks %q:\n%s", want, s)
