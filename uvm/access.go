@@ -193,27 +193,39 @@ func (t *Tier) acquire(h Handle, s cuda.Stream, m Mode) (cuda.DevicePtr, error) 
 // released on another stream since s waited (a hit that queues nothing asks nothing), refused
 // with an error matching cuda.ErrCapturing while a capture holds s: the wait would be a node of
 // the user's graph (the driver refuses a wait for an event recorded outside the capture, and
-// invalidates the capture). It holds the capture gate (icuda.HoldCaptureBegins) from its check
-// of s to the wait, so that a capture begun through package cuda meanwhile waits for the wait.
-// A block this Acquire brought back (restored) stays on the device, unacquired, when refused.
-// t.mu is held.
+// invalidates the capture). The check of s and the wait hold the capture gate
+// (waitUncaptured), so that a capture begun through package cuda meanwhile waits for the wait;
+// a refusal of the wait is dealt with after the gate is let go (refusedStream asks the driver
+// in the gate of its own: a second hold of the gate by one goroutine deadlocks with a begin
+// waiting between the two). A block this Acquire brought back (restored) stays on the device,
+// unacquired, when refused. t.mu is held.
 func (t *Tier) waitOn(id BlockID, b *block, s cuda.Stream, restored bool) error {
 	if !(b.readySeq != 0 && t.pending(dirH2D, b.readySeq)) && !t.mustWait(b, s) {
 		return nil
 	}
-	icuda.HoldCaptureBegins()
-	defer icuda.ReleaseCaptureBegins()
 	h := t.handle(id)
-	if err := t.notCapturing(s, "Acquire", h); err != nil {
-		if restored {
-			t.policy.Used(id) // resident, not acquired: evictable (waitReady)
-		}
-		return err
+	captured, err := t.waitUncaptured(id, b, s, restored)
+	if captured != nil {
+		return captured
 	}
-	if err := t.waitReady(id, b, s, restored); err != nil {
+	if err != nil {
 		return t.refusedStream(s, fmt.Sprintf("stream %#x waits for block %#x", s, uint64(h)), err)
 	}
 	return nil
+}
+
+// waitUncaptured is waitOn's check of s (its refusal: captured) and its wait (the driver's
+// refusal: err), in the capture gate. t.mu is held.
+func (t *Tier) waitUncaptured(id BlockID, b *block, s cuda.Stream, restored bool) (captured, err error) {
+	icuda.HoldCaptureBegins()
+	defer icuda.ReleaseCaptureBegins()
+	if err := t.notCapturing(s, "Acquire", t.handle(id)); err != nil {
+		if restored {
+			t.policy.Used(id) // resident, not acquired: evictable (waitReady)
+		}
+		return err, nil
+	}
+	return nil, t.waitReady(id, b, s, restored)
 }
 
 // waitReady makes s wait for block id's restore if it is in flight, and for its releases on

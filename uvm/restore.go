@@ -6,6 +6,7 @@ import (
 
 	"github.com/pinmalloc/pinmalloc"
 	"github.com/pinmalloc/pinmalloc/cuda"
+	icuda "github.com/pinmalloc/pinmalloc/internal/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/units"
 )
 
@@ -55,8 +56,9 @@ func (t *Tier) restore(ids []BlockID, need uintptr, cause Cause) error {
 // room made for the others never evicts them. Errors as for Acquire, an error matching
 // cuda.ErrCapturing whenever s is capturing a CUDA graph, and ErrTooLarge for more bytes than
 // the budget (the blocks not acquired, on the device already or not); on an error none of the
-// blocks has moved (blocks evicted to make room for them stay evicted), but for one of s's own
-// making it wait: the blocks are on the device then, and work on s must not count on them.
+// blocks has moved (blocks evicted to make room for them stay evicted), but for a refusal of
+// s's wait for them (the driver's, or a capture begun on s meanwhile): the blocks are on the
+// device then, and work on s must not count on them.
 func (t *Tier) Prefetch(hs []Handle, s cuda.Stream) error { return faulted(t.prefetch(hs, s)) }
 
 // prefetch is Prefetch, its error not yet made to match ErrDeviceFault.
@@ -88,10 +90,29 @@ func (t *Tier) prefetch(hs []Handle, s cuda.Stream) error {
 		return err
 	}
 	// One wait covers the batch: every copy of it is before its event.
-	if err := t.dev.StreamWaitEvent(uintptr(s), uintptr(ev)); err != nil {
+	captured, err := t.waitPrefetch(s, ev)
+	if captured != nil {
+		return captured
+	}
+	if err != nil { // out of the gate: refusedStream asks the driver in a gate of its own
 		return t.refusedStream(s, fmt.Sprintf("stream %#x waits for a prefetch", s), err)
 	}
 	return nil
+}
+
+// waitPrefetch makes s wait for ev, a prefetch's batch, unless a capture holds s (its refusal:
+// captured; the driver's refusal of the wait: err). The check and the wait hold the capture
+// gate: the check before the restore held none, and a capture begun on s since would take the
+// wait for a node of its graph (the driver refuses a wait for an event recorded outside the
+// capture, and invalidates the capture); one begun through package cuda now waits for the
+// wait. t.mu is held.
+func (t *Tier) waitPrefetch(s cuda.Stream, ev cuda.Event) (captured, err error) {
+	icuda.HoldCaptureBegins()
+	defer icuda.ReleaseCaptureBegins()
+	if err := t.notCapturing(s, "Prefetch", 0); err != nil {
+		return err, nil
+	}
+	return nil, t.dev.StreamWaitEvent(uintptr(s), uintptr(ev))
 }
 
 // prefetchChunks adds the blocks of hs that are not on the device to r. The handles are

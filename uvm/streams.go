@@ -203,7 +203,10 @@ func (t *Tier) ForgetStream(s cuda.Stream) error {
 
 // unordered ends a use u of block h whose release event could not be recorded (cause): it waits
 // for the work queued on u's stream, or for the device when the driver refuses the stream (and
-// forgets it), and returns the error that says so, with ended true. When the device refuses the
+// forgets it), and returns the error that says so, with ended true. While a capture holds u's
+// stream (the event was never asked for it when the driver could not make one) it waits for
+// nothing: the synchronize would end the capture; it returns, with ended false, an error
+// matching pinmalloc.ErrCapturing, and the use goes on. When the device refuses the
 // wait too, the context has failed (a sticky error, which the refusals of the stream and of the
 // event may be too): the error says that (ErrDeviceFault, the device's error in the chain), not
 // that the stream is invalid, and the event's refusal as what led there when it is another error.
@@ -224,8 +227,16 @@ func (t *Tier) unordered(h Handle, u *use, cause error) (ended bool, err error) 
 	if errors.Is(cause, streamq.ErrNoEvent) {
 		noEvent = ""
 	}
-	if !u.refused && t.dev.StreamSynchronize(uintptr(s)) == nil {
-		return true, fmt.Errorf("uvm: release of %#x on stream %#x: %s%w; released after waiting for the stream", uint64(h), s, noEvent, cause)
+	if !u.refused {
+		// Points.WaitStream asks s in the capture gate first: a synchronize of a stream a
+		// capture holds (one the event was made for no ask, or begun since the ask) ends it.
+		err := t.streams.Points().WaitStream(uintptr(s))
+		if err == nil {
+			return true, fmt.Errorf("uvm: release of %#x on stream %#x: %s%w; released after waiting for the stream", uint64(h), s, noEvent, cause)
+		}
+		if errors.Is(err, pinmalloc.ErrCapturing) {
+			return false, fmt.Errorf("uvm: release of %#x on stream %#x refused: %s%v, and the wait for the stream's work instead would end the CUDA graph capture there: %w; the use goes on: end it again once the capture ends", uint64(h), s, noEvent, cause, err)
+		}
 	}
 	t.forget(s)
 	// The look for a capture and the synchronize it allows hold the capture gate: a capture
