@@ -28,6 +28,9 @@ var docsNotRun = []struct{ pattern, why string }{
 // TestDocs runs or checks every command quoted in README.md, docs/*.md and bench/results/*.md,
 // and checks every file, folder, Go file and PINMALLOC_ variable their prose names.
 func TestDocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("a check of the docs' text, one goroutine: nothing for the race detector (it runs in every go test without -race)")
+	}
 	t.Parallel()
 	docs := docFiles(t)
 	r := &repoTree{root: ".", env: sourceEnv(".")}
@@ -236,6 +239,9 @@ func TestGoDocCatches(t *testing.T) {
 // package, a flag, a build tag, a test, a variable that does not exist, and a command run from
 // the wrong module.
 func TestDocsCheckCatches(t *testing.T) {
+	if raceEnabled {
+		t.Skip("a check of the docs' text, one goroutine: nothing for the race detector (it runs in every go test without -race)")
+	}
 	t.Parallel()
 	r := &repoTree{root: ".", env: sourceEnv(".")}
 	for _, tc := range []struct{ line, want string }{

@@ -22,6 +22,9 @@ var godocWords = regexp.MustCompile(`\b[A-Za-z0-9_/]+\.go\b|\b[Ii]ssue #?[0-9]+|
 // TestPublicDocs: the doc comments `go doc -all` prints for the public packages (the package's,
 // and those of exported names, fields and methods) describe behaviour, not files or issues.
 func TestPublicDocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("a check of the docs' text, one goroutine: nothing for the race detector (it runs in every go test without -race)")
+	}
 	t.Parallel()
 	n := 0
 	r := &repoTree{root: "."}

@@ -119,12 +119,16 @@ func (ms *modelSpan) clip(q, g uintptr) (lo, hi uintptr) { return max(q, ms.lo),
 // checks that no two spans share a chunk, that every range a span's user claimed is committed and
 // wanted (every 8th step) and keeps its bytes (at its free), that the provider is never asked to
 // commit what is committed or decommit what is not, and that the arena's Committed is the
-// provider's (every step). 2,000 steps per case; 6,000, with two seeds, in the long form
-// (PINMALLOC_LONG=1), which CI's time allows.
+// provider's (every step). 2,000 steps per case (1,000 under the race detector, which makes a
+// step several times dearer); 6,000, with two seeds, in the long form (PINMALLOC_LONG=1), which
+// CI's time allows.
 func TestArenaModel(t *testing.T) {
 	steps, seeds := 2_000, uint64(1)
-	if os.Getenv("PINMALLOC_LONG") != "" && !testing.Short() {
+	switch {
+	case os.Getenv("PINMALLOC_LONG") != "" && !testing.Short():
 		steps, seeds = 6_000, 2
+	case raceEnabled:
+		steps = 1_000
 	}
 	for _, c := range []struct{ granule, chunk uintptr }{
 		{4 << 10, 2 << 20}, {16 << 10, 2 << 20}, {64 << 10, 2 << 20}, {2 << 20, 2 << 20},

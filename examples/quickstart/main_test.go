@@ -39,6 +39,11 @@ func command(t *testing.T, args string) (string, error) {
 // TestQuickstart runs the README's first command as a newcomer would: it exits 0 and prints
 // the pool's figures, its three rounds of churn and the mistakes it refuses.
 func TestQuickstart(t *testing.T) {
+	if raceEnabled {
+		// 3,000,000 Allocs and Frees, 12 s under the race detector: pinned's own tests race the
+		// same pool; the go test without -race and CI's go run as nobody run this one.
+		t.Skip("the pool's churn is pinned's tests' to race; this runs the command, without -race")
+	}
 	out, err := command(t, "")
 	if err != nil || !strings.Contains(out, "buffers live") || strings.Count(out, "round ") != 3 ||
 		!strings.Contains(out, "double free: pinned: double free") {

@@ -1,0 +1,5 @@
+//go:build !race
+
+package pinmalloc_test
+
+const raceEnabled = false
