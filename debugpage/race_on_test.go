@@ -1,0 +1,5 @@
+//go:build race
+
+package debugpage
+
+const raceEnabled = true
