@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"time"
@@ -156,12 +157,18 @@ func readGeometry(fd int) (l layout, vmm bool, size uintptr, err error) {
 		return l, false, 0, err
 	}
 	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil || st.Size < 8*hdrWords || st.Size > 1<<40 {
+	if err := unix.Fstat(fd, &st); err != nil {
+		return l, false, 0, fmt.Errorf("%w: fstat of the control region: %w", ErrProtocol, err)
+	}
+	if st.Size < 8*hdrWords || st.Size > 1<<40 {
 		return l, false, 0, fmt.Errorf("%w: a control region of %d bytes", ErrProtocol, st.Size)
 	}
 	b := make([]byte, 8*hdrWords)
 	if n, err := unix.Pread(fd, b, 0); err != nil || n != len(b) {
-		return l, false, 0, fmt.Errorf("%w: reading the control region: %v", ErrProtocol, err)
+		if err == nil {
+			err = io.ErrUnexpectedEOF
+		}
+		return l, false, 0, fmt.Errorf("%w: reading the control region (%d of %d bytes): %w", ErrProtocol, max(n, 0), len(b), err)
 	}
 	w := make([]uint64, hdrWords)
 	for i := range w {

@@ -60,7 +60,7 @@ func checkMemfd(fd int, size uintptr) error {
 	}
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
-		return fmt.Errorf("%w: fstat: %v", ErrProtocol, err)
+		return fmt.Errorf("%w: fstat: %w", ErrProtocol, err)
 	}
 	if st.Size < 0 || uintptr(st.Size) != size {
 		return fmt.Errorf("%w: a memfd of %d bytes, want %d", ErrProtocol, st.Size, size)
@@ -102,7 +102,7 @@ func distinctFiles(fds []int) error {
 	for i, fd := range fds {
 		var st unix.Stat_t
 		if err := unix.Fstat(fd, &st); err != nil {
-			return fmt.Errorf("%w: fstat: %v", ErrProtocol, err)
+			return fmt.Errorf("%w: fstat: %w", ErrProtocol, err)
 		}
 		files[i] = file{uint64(st.Dev), st.Ino, st.Mode&unix.S_IFMT == unix.S_IFREG}
 	}
