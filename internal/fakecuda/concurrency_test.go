@@ -20,14 +20,20 @@ import (
 // stream, allocate device-heap blocks of up to 4 MiB, fill each with HtoDAsync and a stream
 // synchronize, keep a few live, read each back with DtoH before freeing it with FreeAsync on
 // its own stream or another's. The fake once lost data here (runs of zeros in live blocks).
+// 60 rounds a worker, 200 in the long form (Long); 20 under the race detector (RaceEnabled:
+// the four workers' allocations, copies and frees on each other's streams still interleave,
+// each round's 2 MiB fill and check, a goroutine's own, cost the detector most of 12 CPU-s).
 func TestDeviceHeapConcurrentCopies(t *testing.T) {
 	f, dev := fakecuda.RunDevice(t)
 	if f == nil {
 		return
 	}
 	rounds := 60
-	if fakecuda.Long() {
+	switch {
+	case fakecuda.Long():
 		rounds = 200
+	case fakecuda.RaceEnabled:
+		rounds = 20
 	}
 	if v, err := strconv.Atoi(os.Getenv("FAKECUDA_ROUNDS")); err == nil {
 		rounds = v

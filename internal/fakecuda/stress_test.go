@@ -16,15 +16,20 @@ import (
 // TestStress runs goroutines against the fake at once, each on its own stream and its own
 // granules of one shared reservation: commits and decommits of device and host granules beside
 // each other, registrations, copies sync and async, events; every granule's bytes are checked
-// against what was written: 60 rounds, 300 in the long form (Long).
+// against what was written: 60 rounds, 300 in the long form (Long), 20 under the race detector
+// (RaceEnabled: the six workers still overlap their commits, copies and events; the checks of
+// each granule's bytes are a goroutine's own).
 func TestStress(t *testing.T) {
 	f, d := RunDevice(t)
 	if f == nil {
 		return
 	}
 	workers, rounds := 6, 60
-	if Long() {
+	switch {
+	case Long():
 		rounds = 300
+	case RaceEnabled:
+		rounds = 20
 	}
 	const per = 4 // granules per worker
 	va, err := d.MemAddressReserve(uintptr(workers*per)*gran, 0)
