@@ -204,9 +204,12 @@ func stressGuarded(t *testing.T, p *pinned.Pool, quota int, sizes []int, iters i
 func TestStressZeroOnFreeQuotaPageable(t *testing.T) {
 	const quota = 1 << 20
 	p := newPool(t, pinned.Options{Backend: pinned.Pageable, Capacity: 64 << 20, ZeroOnFree: true, Quota: quota, PurgeDelay: time.Millisecond})
-	iters := 4000
-	if testing.Short() {
+	iters := 4000 // 500 with -short, 1,000 under the race detector: the workers and the purger still overlap
+	switch {
+	case testing.Short():
 		iters = 500
+	case pinned.RaceEnabled:
+		iters = 1000
 	}
 	stressGuarded(t, p, quota, []int{16, 100, 4096, 5000, 40 << 10, 100 << 10, 300 << 10}, iters, nil)
 	checkQuotaExact(t, p, quota)
@@ -219,9 +222,12 @@ func TestFakeStressZeroOnFreeQuota(t *testing.T) {
 	if r == nil {
 		return
 	}
-	iters := 3000
-	if testing.Short() {
+	iters := 3000 // 400 with -short, 1,000 under the race detector: the workers and the purger still overlap
+	switch {
+	case testing.Short():
 		iters = 400
+	case pinned.RaceEnabled:
+		iters = 1000
 	}
 	s := pubcuda.Stream(r.s)
 	stressGuarded(t, r.pool, quota, []int{16, 100, 4096, 5000, 40 << 10, 100 << 10, 300 << 10}, iters,

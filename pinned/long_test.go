@@ -17,3 +17,6 @@ func longRun() bool {
 
 // LongRun is longRun for the package's external tests.
 var LongRun = longRun
+
+// RaceEnabled is raceEnabled for the package's external tests.
+const RaceEnabled = raceEnabled

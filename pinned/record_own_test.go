@@ -13,7 +13,9 @@ import (
 // (the owner's path: recordOwn, the first record of each page making its tags first), then
 // Free, on a busy stream: none is handed out again until the stream has passed, and then all
 // are; a record of a buffer whose FreeAsync is pending, or of a freed one, is refused, and the
-// buffer's free is not disturbed.
+// buffer's free is not disturbed. 300 buffers of each size, 100 under the race detector (still
+// pages of every class recorded and deferred; one goroutine's loop, which the non-race runs
+// take at full length).
 func TestFakeRecordStreamOwnPath(t *testing.T) {
 	r := newAsyncRig(t, pinned.Options{})
 	if r == nil {
@@ -23,9 +25,13 @@ func TestFakeRecordStreamOwnPath(t *testing.T) {
 	d := r.devAlloc(4 << 10)
 	r.f.Hold(true)
 	ok(t, "MemsetAsync", r.heap.MemsetAsync(pubcuda.DevicePtr(d), 1, 4<<10, s)) // the stream is busy
+	per := 300
+	if pinned.RaceEnabled {
+		per = 100
+	}
 	held := map[uintptr]bool{}
 	for _, n := range []int{64, 4 << 10, 48 << 10} { // pages of several classes, fresh ones
-		for range 300 {
+		for range per {
 			b := r.alloc(n, 3)
 			ok(t, "RecordStream", r.pool.RecordStream(b, s))
 			ok(t, "RecordStream again", r.pool.RecordStream(b[:n/2], s))
@@ -37,7 +43,7 @@ func TestFakeRecordStreamOwnPath(t *testing.T) {
 		}
 	}
 	for _, n := range []int{64, 4 << 10, 48 << 10} {
-		for range 300 {
+		for range per {
 			b := r.alloc(n, 0)
 			if held[mem.Addr(b)] {
 				t.Fatalf("a buffer of %d bytes recorded on a busy stream and freed was handed out again", n)
