@@ -78,7 +78,8 @@ func (m *flakyMover) failNext(n int) {
 // budget, with the fake's streams held and completed at random, and checks after every step
 // that every block holds exactly what was last written, an acquired block never moves, and
 // device + host + fresh bytes equal the live bytes. 1,000 steps each; 5,000 in the long form
-// (longRun).
+// (longRun); 500 under the race detector (one goroutine's sequence, beside the fake's streams:
+// the non-race runs take it at full length).
 func TestProperty(t *testing.T) {
 	f, dev := fakecuda.RunDevice(t)
 	if f == nil {
@@ -118,8 +119,11 @@ func runProperty(t *testing.T, f *fakecuda.Driver, dev *icuda.Device, over int, 
 	}
 	injected := 0
 	steps := 1000
-	if longRun() {
+	switch {
+	case longRun():
 		steps = 5000
+	case raceEnabled:
+		steps = 500
 	}
 	for step := 0; step < steps; step++ {
 		switch op := rng.IntN(100); {
