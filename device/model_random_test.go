@@ -26,15 +26,19 @@ import (
 // pattern queued on the freeing stream: a block handed to a new owner before every stream that
 // may use it has passed the free shows as the tombstone (or an older owner's pattern) in the new
 // owner's bytes, read back at random checks and at the end. 1,500 steps a seed for 4 seeds by
-// default, 20,000 steps for 16 seeds with PINMALLOC_LONG.
+// default, 20,000 steps for 16 seeds with PINMALLOC_LONG, 2 seeds under the race detector (the
+// idle purge's goroutine still runs beside each seed's captures).
 func TestFakeModelRandom(t *testing.T) {
 	f, dev := fakecuda.RunDevice(t)
 	if f == nil {
 		return
 	}
 	seeds, steps := 4, 1_500
-	if longRun() {
+	switch {
+	case longRun():
 		seeds, steps = 16, 20_000
+	case raceEnabled:
+		seeds = 2
 	}
 	runtime.LockOSThread() // the captures' thread
 	defer runtime.UnlockOSThread()
@@ -61,15 +65,20 @@ func TestFakeModelRandom(t *testing.T) {
 
 // TestFakeModelRandomConcurrent is TestFakeModelRandom with three goroutines on one heap, each
 // on two streams of its own (and the legacy stream, shared: none forgets it), and a fourth
-// that trims and syncs the heap now and then.
+// that trims and syncs the heap now and then. 3 seeds of 1,000 steps a goroutine, 8 of 10,000
+// in the long form, 2 under the race detector (the goroutines' steps still interleave as
+// many times a seed).
 func TestFakeModelRandomConcurrent(t *testing.T) {
 	f, dev := fakecuda.RunDevice(t)
 	if f == nil {
 		return
 	}
 	seeds, steps := 3, 1_000
-	if longRun() {
+	switch {
+	case longRun():
 		seeds, steps = 8, 10_000
+	case raceEnabled:
+		seeds = 2
 	}
 	f.Hold(true)
 	defer f.Complete()

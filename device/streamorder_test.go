@@ -116,12 +116,16 @@ func freeUnderQueuedWork(t *testing.T, n uintptr, fill int, keepLast bool) {
 // the stream; every 8 jobs a synchronize and a byte compare of the 8 results. ZeroOnFree is on
 // for odd seeds. The heap runs out of memory all the time, so stream heaps trim and reclaim
 // constantly. Before the fix about 1 seed in 10 read another stream's bytes. Seeds 1 and 2 with 48
-// jobs per goroutine (1 to 3 with 160 in the long form, longRun), or
+// jobs per goroutine (1 to 3 with 160 in the long form, longRun; 24 under the race detector, where
+// the four goroutines still trim and reclaim beside each other), or
 // PINMALLOC_STRESS_SEEDS="from to" (inclusive); PINMALLOC_STRESS_JOBS jobs per goroutine.
 func TestFakePressureStress(t *testing.T) {
 	from, to, jobs := uint64(1), uint64(2), 48 // seeds 1 and 2: ZeroOnFree on and off
-	if longRun() {
+	switch {
+	case longRun():
 		to, jobs = 3, 160
+	case raceEnabled:
+		jobs = 24
 	}
 	if v := os.Getenv("PINMALLOC_STRESS_SEEDS"); v != "" {
 		if _, err := fmt.Sscan(v, &from, &to); err != nil {
