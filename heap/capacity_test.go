@@ -17,11 +17,15 @@ import (
 // live blocks overlap, every block's contents survive, the invariants hold after every step
 // (built with -tags invariants), the counts agree with the model, and once everything is freed
 // the heaps close and every chunk is back. 2 seeds of 4,000 steps a case; 6 of 20,000 in the
-// long form (longRun).
+// long form (longRun); one seed of 2,000 under the race detector (one goroutine's sequences:
+// the non-race runs take them at full length).
 func TestPropertyCapacity(t *testing.T) {
 	seeds, steps := uint64(2), 4_000
-	if longRun() {
+	switch {
+	case longRun():
 		seeds, steps = 6, 20_000
+	case raceEnabled:
+		seeds, steps = 1, 2_000
 	}
 	fine := func() arena.Provider { return arena.PageableHost(arena.HostOptions{}) }
 	coarse := func() arena.Provider {
