@@ -197,6 +197,42 @@ var regressions = []regression{
 			{ID: 955, Kind: TierAcquire, S: 1, T: 0, A: 492, B: -1, N: 0, Off: 0, V: 0xeb7e047c, Flag: false},
 		},
 	},
+	{
+		// A block written on s1 and released is evicted under Hold: the copy of its VRAM to
+		// its host buffer stays queued on the tier's D2H stream. An Acquire on s0 restores it:
+		// the restore must wait for that eviction before it reads the host copy, or it copies
+		// the host buffer's zeros to the device (found on the mutant
+		// tier-restore-ignores-eviction, which the CI run caught only on its last seed).
+		name: "restore reads a host copy its eviction still writes",
+		what: "tier block bytes (acquired for reading)",
+		cfg:  Config{Seed: 2305843009213693954, Streams: 4, Blocking: 0b0, Legacy: false, Pressure: false, DeviceCapacity: 4 << 20, DeviceZero: true, DeviceQuota: 3145728, PoolZero: true, PoolQuota: 0, PoolShards: 0, TierBudget: 512 << 10, TierHostQuota: 524288, Mover: copyengine.MethodKernel, PurgeDelay: -1},
+		ops: []Op{
+			{ID: 2511, Kind: TierAlloc, S: 3, T: 0, A: -1, B: -1, N: 65536, Off: 0, V: 0x64edde94, Flag: false},
+			{ID: 2633, Kind: TierAcquire, S: 1, T: 0, A: 2511, B: -1, N: 0, Off: 0, V: 0xf5a089c1, Flag: true},
+			{ID: 2644, Kind: TierRelease, S: 2, T: 0, A: 2511, B: -1, N: 0, Off: 0, V: 0xf1512264, Flag: false},
+			{ID: 2760, Kind: Complete, S: 2, T: 0, A: -1, B: -1, N: 0, Off: 0, V: 0x48c76134, Flag: false},
+			{ID: 2821, Kind: Hold, S: 2, T: 0, A: -1, B: -1, N: 0, Off: 0, V: 0x9e9267e, Flag: true},
+			{ID: 2844, Kind: TierEvict, S: 2, T: 0, A: 2511, B: 2840, N: 0, Off: 2463, V: 0x35904341, Flag: false},
+			{ID: 2860, Kind: TierAcquire, S: 0, T: 0, A: 2511, B: -1, N: 0, Off: 0, V: 0x285c3a8c, Flag: false},
+		},
+		oneP: true,
+	},
+	{
+		// A block acquired for writing on s2 (its fill queued there) is freed while acquired:
+		// the retire of its VRAM must wait for s2's release event before the heap takes the
+		// VRAM back, or a device block allocated on s0 gets it and s2's fill, run late, lands
+		// on that block (found on the mutant tier-retire-ignores-releases, which the CI run
+		// caught only on its last seed).
+		name: "retire of a block freed while acquired waits for its stream",
+		what: "device block bytes",
+		cfg:  Config{Seed: 7028988594927013282, Streams: 4, Blocking: 0b0, Legacy: false, Pressure: true, DeviceCapacity: 4 << 20, DeviceZero: true, DeviceQuota: 0, PoolZero: false, PoolQuota: 0, PoolShards: 1, TierBudget: 512 << 10, TierHostQuota: 786432, Mover: copyengine.MethodKernel, PurgeDelay: -1},
+		ops: []Op{
+			{ID: 87, Kind: TierAlloc, S: 3, T: 0, A: -1, B: -1, N: 65536, Off: 0, V: 0xbab9a8ba, Flag: false},
+			{ID: 170, Kind: TierAcquire, S: 2, T: 0, A: 87, B: -1, N: 0, Off: 0, V: 0x2bd45eab, Flag: true},
+			{ID: 175, Kind: TierFree, S: 2, T: 0, A: 87, B: -1, N: 0, Off: 0, V: 0x8da8ef2, Flag: true},
+			{ID: 229, Kind: DevAlloc, S: 0, T: 0, A: -1, B: -1, N: 2813534, Off: 0, V: 0x511b9a8, Flag: true},
+		},
+	},
 }
 
 // afterRemoteFree returns the operations that make a buffer freed by a reclaim outside its
