@@ -71,8 +71,11 @@ func TestMutantsApply(t *testing.T) {
 
 // TestMutants builds the mutants, one binary for the mutants each package's tests catch, and
 // runs the checker on each mutant: the fast subset by default, every mutant on the whole CI run
-// with PINMALLOC_LONG=1, which first runs what catches them on each binary with no mutant: it
-// must pass there, or a mutant would count as caught for a failure that is not its own.
+// with PINMALLOC_LONG=1, which also runs what catches them on each binary with no mutant: it
+// must pass there, or a mutant would count as caught for a failure that is not its own. That is
+// each package's catches and TestRegressions before the mutants run, and after them each seed
+// of TestStreamOrder a mutant of the checker was caught on (not the seeds no mutant reached:
+// TestStreamOrder runs them all in the long form).
 func TestMutants(t *testing.T) {
 	if os.Getenv(envMutant) != "" {
 		t.Skip("in a mutant's binary") // the mutant suite does not run itself
@@ -130,31 +133,51 @@ func TestMutants(t *testing.T) {
 	if all && !t.Run("unmutated", func(t *testing.T) { checkUnmutated(t, bins, byPkg) }) {
 		t.FailNow()
 	}
-	for _, pkg := range slices.Sorted(maps.Keys(byPkg)) {
-		for _, m := range byPkg[pkg] {
-			t.Run(m.name, func(t *testing.T) {
-				t.Parallel()
-				start := time.Now()
-				args := []string{"-test.run=" + m.catch}
-				if all && m.pkg == "" {
-					args = []string{"-test.run=" + ciRun}
-				}
-				out, caught := runMutant(t, bins[pkg], m.name, args)
-				if !caught {
-					t.Fatalf("mutant %s (%s) not caught by %s in %v:\n%s", m.name, m.why, strings.Join(args, " "), time.Since(start).Round(time.Millisecond), tail(out, 40))
-				}
-				t.Logf("caught in %v: %s", time.Since(start).Round(time.Millisecond), firstFailure(out))
-			})
+	// The subtests of TestStreamOrder (its seeds) the checker's mutants were caught on, each
+	// with those mutants: checked on the module once the mutants have run.
+	caughtOn := map[string][]string{}
+	t.Run("mutant", func(t *testing.T) {
+		for _, pkg := range slices.Sorted(maps.Keys(byPkg)) {
+			for _, m := range byPkg[pkg] {
+				t.Run(m.name, func(t *testing.T) {
+					t.Parallel()
+					start := time.Now()
+					args := []string{"-test.run=" + m.catch}
+					if all && m.pkg == "" {
+						args = []string{"-test.run=" + ciRun}
+					}
+					out, caught := runMutant(t, bins[pkg], m.name, args)
+					if !caught {
+						t.Fatalf("mutant %s (%s) not caught by %s in %v:\n%s", m.name, m.why, strings.Join(args, " "), time.Since(start).Round(time.Millisecond), tail(out, 40))
+					}
+					test, what := firstFailure(out)
+					t.Logf("caught in %v: %s: %s", time.Since(start).Round(time.Millisecond), test, what)
+					if all && m.pkg == "" && !strings.HasPrefix(test, "TestRegressions") {
+						mu.Lock()
+						caughtOn[test] = append(caughtOn[test], m.name)
+						mu.Unlock()
+					}
+				})
+			}
 		}
+	})
+	if len(caughtOn) > 0 {
+		t.Run("unmutated-seeds", func(t *testing.T) { checkCaughtOn(t, bins[checkerPkg], caughtOn) })
 	}
 }
 
-// testPkg is the package whose test binary holds m: the one its pkg names, or the checker's.
-func (m mutant) testPkg() string { return cmp.Or(m.pkg, "./internal/streamcheck") }
+// checkerPkg is the checker's package, the one whose binary holds the mutants the CI run of
+// the checker catches.
+const checkerPkg = "./internal/streamcheck"
 
-// checkUnmutated runs what catches the mutants of each binary with none of them on: the
-// checker's CI run and, for each package some mutants are caught in, their tests, which must
-// pass. The binaries run side by side.
+// testPkg is the package whose test binary holds m: the one its pkg names, or the checker's.
+func (m mutant) testPkg() string { return cmp.Or(m.pkg, checkerPkg) }
+
+// checkUnmutated runs what catches the mutants of each binary with none of them on, and must
+// pass: for each package some mutants are caught in, their tests; for the checker's mutants,
+// which the CI run of the checker catches, the part of it that runs first, TestRegressions
+// (TestStreamOrder's seeds, each a fresh heap, pool and tier, are checked once the mutants have
+// run, only those a mutant was caught on: checkCaughtOn). The binaries run side by side.
 func checkUnmutated(t *testing.T, bins map[string]string, byPkg map[string][]mutant) {
 	for _, pkg := range slices.Sorted(maps.Keys(byPkg)) {
 		t.Run(pkg, func(t *testing.T) {
@@ -163,7 +186,7 @@ func checkUnmutated(t *testing.T, bins map[string]string, byPkg map[string][]mut
 			for _, m := range byPkg[pkg] {
 				c := m.catch
 				if m.pkg == "" {
-					c = ciRun
+					c = "^TestRegressions$"
 				}
 				if !slices.Contains(catches, c) {
 					catches = append(catches, c)
@@ -175,6 +198,27 @@ func checkUnmutated(t *testing.T, bins map[string]string, byPkg map[string][]mut
 				}
 			}
 		})
+	}
+}
+
+// checkCaughtOn runs, in the checker's mutant binary with no mutant on, each test outside
+// TestRegressions that the CI run caught a checker's mutant on (caughtOn: the test, a seed of
+// TestStreamOrder as a rule, and those mutants), as that run ran it: each must pass, or its
+// mutants were caught by a failure that is not theirs. A seed is a fresh heap, pool and tier:
+// it runs alone (STREAMCHECK_SEED: the test runs in fakecuda.Run's child process, which no
+// -test.run of a subtest reaches), with the steps of the CI run; any other test runs whole.
+func checkCaughtOn(t *testing.T, bin string, caughtOn map[string][]string) {
+	for _, test := range slices.Sorted(maps.Keys(caughtOn)) {
+		top, sub, _ := strings.Cut(test, "/")
+		args, env := []string{"-test.run=^" + regexp.QuoteMeta(top) + "$"}, []string(nil)
+		if seed, ok := strings.CutPrefix(sub, "seed="); ok && top == "TestStreamOrder" {
+			env = []string{envSeed + "=" + seed}
+		}
+		if out, failed := runMutant(t, bin, noMutant, args, env...); failed {
+			t.Errorf("%s %s fails on the module itself: the mutants caught on %s, %v, are not shown caught:\n%s", strings.Join(env, " "), args[0], test, caughtOn[test], tail(out, 40))
+			continue
+		}
+		t.Logf("%s passes on the module: %d mutants were caught there", test, len(caughtOn[test]))
 	}
 }
 
@@ -203,12 +247,13 @@ func (m mutant) apply(root string) ([]byte, error) {
 	return []byte(strings.Replace(string(b), m.old, m.new, 1)), nil
 }
 
-// runMutant runs mutant name (or noMutant) in a mutant binary with args, shrinking nothing,
-// and reports whether the checker failed.
-func runMutant(t *testing.T, bin, name string, args []string) (string, bool) {
+// runMutant runs mutant name (or noMutant) in a mutant binary with args and env added to
+// the environment, shrinking nothing, and reports whether the checker failed.
+func runMutant(t *testing.T, bin, name string, args []string, env ...string) (string, bool) {
 	t.Helper()
 	cmd := exec.Command(bin, append(args, "-test.count=1", "-test.failfast")...) // caught at the first failure
 	cmd.Env = append(os.Environ(), envShrink+"=1ms", envMutant+"="+name, longEnv+"=", fmt.Sprintf("%s=%d", envSteps, ciSteps))
+	cmd.Env = append(cmd.Env, env...)
 	out, err := cmd.CombinedOutput()
 	if err == nil {
 		return string(out), false
@@ -222,10 +267,10 @@ func runMutant(t *testing.T, bin, name string, args []string) (string, bool) {
 	return string(out), true
 }
 
-// firstFailure is the first subtest of out that failed, and the first line that says what
-// failed.
-func firstFailure(out string) string {
-	test, what := "", "(no failure line)"
+// firstFailure is the test of out that failed first (its first subtest that failed, if one
+// did), and the first line that says what failed.
+func firstFailure(out string) (test, what string) {
+	what = "(no failure line)"
 	for _, l := range strings.Split(out, "\n") {
 		l = strings.TrimSpace(l)
 		if name, ok := strings.CutPrefix(l, "--- FAIL: "); ok && (test == "" || strings.Contains(name, "/") && !strings.Contains(test, "/")) {
@@ -235,7 +280,7 @@ func firstFailure(out string) string {
 			what = l
 		}
 	}
-	return test + ": " + what
+	return test, what
 }
 
 // tail is the last n lines of s.
