@@ -32,13 +32,7 @@ func TestAcquireHoldsCaptureGate(t *testing.T) {
 	began, begun := f.BeginDuringPause(t, th, func() error { return dev.StreamBeginCapture(uintptr(s2), icuda.CaptureGlobal) })
 	err := <-acquired
 	must(t, begun())
-	eerr := <-th(func() error {
-		g, err := dev.StreamEndCapture(uintptr(s2))
-		if err == nil {
-			err = dev.GraphDestroy(g)
-		}
-		return err
-	})
+	eerr := endCaptureOn(th, dev, uintptr(s2))
 	if eerr != nil {
 		t.Errorf("a capture begun during an Acquire (before its wait: %v): %v, want a graph (Acquire: %v)", began, eerr, err)
 	}

@@ -40,13 +40,7 @@ func TestReleaseRacingForeignCapture(t *testing.T) {
 		must(t, <-th(func() error { return dev.StreamBeginCaptureUngated(uintptr(s), icuda.CaptureGlobal) }))
 		f.ResumeCall()
 		err = <-released
-		must(t, <-th(func() error {
-			g, err := dev.StreamEndCapture(uintptr(s))
-			if err == nil {
-				err = dev.GraphDestroy(g)
-			}
-			return err
-		}))
+		must(t, endCaptureOn(th, dev, uintptr(s)))
 		if !errors.Is(err, pinmalloc.ErrCapturing) {
 			t.Fatalf("a Release whose record a capture took: %v, want ErrCapturing", err)
 		}

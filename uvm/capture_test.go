@@ -32,6 +32,18 @@ func endCapture(t *testing.T, dev *icuda.Device, s cuda.Stream) {
 	must(t, dev.GraphDestroy(g))
 }
 
+// endCaptureOn ends the capture on s on th (fakecuda.LockedThread, where it began) and
+// destroys its graph; the error is the end's when the capture was invalidated.
+func endCaptureOn(th func(func() error) <-chan error, dev *icuda.Device, s uintptr) error {
+	return <-th(func() error {
+		g, err := dev.StreamEndCapture(s)
+		if err == nil {
+			err = dev.GraphDestroy(g)
+		}
+		return err
+	})
+}
+
 // TestReleaseDuringCapture: a Release on a stream that captures a CUDA graph is refused with
 // ErrCapturing, the use going on, and the capture stays valid; released after the capture
 // ends, the block moves after the work queued on the stream before the capture. Before, the

@@ -35,13 +35,7 @@ func TestFreeRacingCapture(t *testing.T) {
 	must(t, <-th(func() error { return dev.StreamBeginCaptureUngated(uintptr(s), icuda.CaptureGlobal) }))
 	f.ResumeCall()
 	err = <-freed
-	if eerr := <-th(func() error {
-		g, err := dev.StreamEndCapture(uintptr(s))
-		if err == nil {
-			err = dev.GraphDestroy(g)
-		}
-		return err
-	}); eerr != nil {
+	if eerr := endCaptureOn(th, dev, uintptr(s)); eerr != nil {
 		t.Errorf("a capture begun during a Free of a block acquired on its stream: %v, want a graph (Free: %v)", eerr, err)
 	}
 	if !errors.Is(err, pinmalloc.ErrCapturing) {

@@ -39,13 +39,7 @@ func TestSyncHeldBackHoldsCaptureGate(t *testing.T) {
 	began, begun := f.BeginDuringPause(t, th, func() error { return dev.StreamBeginCapture(c, icuda.CaptureGlobal) })
 	err = <-synced
 	must(t, begun())
-	if eerr := <-th(func() error {
-		g, err := dev.StreamEndCapture(c)
-		if err == nil {
-			err = dev.GraphDestroy(g)
-		}
-		return err
-	}); eerr != nil {
+	if eerr := endCaptureOn(th, dev, c); eerr != nil {
 		t.Errorf("a capture begun during a Sync with memory held back (before its synchronize of the device: %v): %v, want a graph", began, eerr)
 	}
 	t.Logf("Sync: %v", err)

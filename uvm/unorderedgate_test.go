@@ -43,13 +43,7 @@ func TestReleaseDestroyedHoldsCaptureGate(t *testing.T) {
 	began, begun := f.BeginDuringPause(t, th, func() error { return dev.StreamBeginCapture(c, icuda.CaptureGlobal) })
 	err = <-released
 	must(t, begun())
-	if eerr := <-th(func() error {
-		g, err := dev.StreamEndCapture(c)
-		if err == nil {
-			err = dev.GraphDestroy(g)
-		}
-		return err
-	}); eerr != nil {
+	if eerr := endCaptureOn(th, dev, c); eerr != nil {
 		t.Errorf("a capture begun during a Release on a destroyed stream (before its synchronize of the device: %v): %v, want a graph", began, eerr)
 	}
 	t.Logf("Release: %v", err)

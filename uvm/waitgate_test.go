@@ -39,13 +39,7 @@ func TestPrefetchHoldsCaptureGate(t *testing.T) {
 	_, begun := f.BeginDuringPause(t, th, func() error { return dev.StreamBeginCapture(uintptr(s), icuda.CaptureRelaxed) })
 	err := <-prefetched
 	must(t, begun())
-	eerr := <-th(func() error {
-		g, err := dev.StreamEndCapture(uintptr(s))
-		if err == nil {
-			err = dev.GraphDestroy(g)
-		}
-		return err
-	})
+	eerr := endCaptureOn(th, dev, uintptr(s))
 	if eerr != nil {
 		t.Errorf("a capture begun during a Prefetch, before its wait: %v, want a graph (Prefetch: %v)", eerr, err)
 	}
@@ -95,13 +89,7 @@ func TestAcquireRefusedWaitHoldsGateOnce(t *testing.T) {
 		os.Exit(1)
 	}
 	must(t, begun())
-	eerr := <-th(func() error {
-		g, err := dev.StreamEndCapture(uintptr(s3))
-		if err == nil {
-			err = dev.GraphDestroy(g)
-		}
-		return err
-	})
+	eerr := endCaptureOn(th, dev, uintptr(s3))
 	must(t, eerr)
 	if !errors.Is(err, uvm.ErrInvalidStream) {
 		t.Errorf("Acquire whose wait the driver refused (its stream destroyed): %v, want ErrInvalidStream", err)
@@ -127,13 +115,7 @@ func TestReleaseNoEventDuringCapture(t *testing.T) {
 	must(t, <-th(func() error { return dev.StreamBeginCapture(uintptr(s), icuda.CaptureRelaxed) }))
 	f.FailAfter(fakecuda.CallEventCreate, 0, fakecuda.ResultOutOfMemory)
 	rerr := tr.Release(hs[0], s)
-	eerr := <-th(func() error {
-		g, err := dev.StreamEndCapture(uintptr(s))
-		if err == nil {
-			err = dev.GraphDestroy(g)
-		}
-		return err
-	})
+	eerr := endCaptureOn(th, dev, uintptr(s))
 	if eerr != nil {
 		t.Errorf("a capture during a Release with no event: %v, want a graph (Release: %v)", eerr, rerr)
 	}
