@@ -6,6 +6,7 @@ import (
 
 	"github.com/pinmalloc/pinmalloc"
 	"github.com/pinmalloc/pinmalloc/cuda"
+	icuda "github.com/pinmalloc/pinmalloc/internal/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/errkind"
 	"github.com/pinmalloc/pinmalloc/internal/streamq"
 )
@@ -228,9 +229,7 @@ func (t *Tier) unordered(h Handle, u *use, cause error) (ended bool, err error) 
 		noEvent = ""
 	}
 	if !u.refused {
-		// Points.WaitStream asks s in the capture gate first: a synchronize of a stream a
-		// capture holds (one the event was made for no ask, or begun since the ask) ends it.
-		err := t.streams.Points().WaitStream(uintptr(s))
+		err := t.syncUncaptured(s)
 		if err == nil {
 			return true, fmt.Errorf("uvm: release of %#x on stream %#x: %s%w; released after waiting for the stream", uint64(h), s, noEvent, cause)
 		}
@@ -257,6 +256,20 @@ func (t *Tier) unordered(h Handle, u *use, cause error) (ended bool, err error) 
 			ErrDeviceFault, uint64(h), s, derr, besides(fmt.Errorf("its event could not be recorded: %w", cause), derr))
 	}
 	return true, fmt.Errorf("%w: uvm: release of %#x on stream %#x: %s%w; released after waiting for the device", ErrInvalidStream, uint64(h), s, noEvent, cause)
+}
+
+// syncUncaptured synchronizes s unless a capture holds it (streamq.CaptureRefusal's error, which
+// matches pinmalloc.ErrCapturing), the ask and the synchronize in the capture gate: a
+// synchronize of a stream a capture holds ends the capture, and a capture begun through package
+// cuda meanwhile waits for it. It needs no event (unordered's event could not be made). t.mu is
+// held.
+func (t *Tier) syncUncaptured(s cuda.Stream) error {
+	icuda.HoldCaptureBegins()
+	defer icuda.ReleaseCaptureBegins()
+	if err := streamq.CaptureRefusal(t.dev, uintptr(s)); err != nil {
+		return err
+	}
+	return t.dev.StreamSynchronize(uintptr(s))
 }
 
 // refusedStream is the error of what (said after "uvm: "), refused by the driver with err, a

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pinmalloc/pinmalloc"
 	"github.com/pinmalloc/pinmalloc/cuda"
 	icuda "github.com/pinmalloc/pinmalloc/internal/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/fakecuda"
@@ -123,4 +124,28 @@ func TestReleaseNoEventDuringCapture(t *testing.T) {
 		t.Errorf("Release with no event while its stream captures: %v, want ErrCapturing", rerr)
 	}
 	must(t, tr.Release(hs[0], s)) // the use went on; the capture has ended
+}
+
+// TestReleaseNoEventOnLegacyStream: a Release on the legacy default stream whose event the
+// driver cannot make waits for that stream instead and ends the use; the stream is not
+// refused (no ErrInvalidStream, no wait for the whole device). The wait must not need an event
+// of its own, which the driver has just refused.
+func TestReleaseNoEventOnLegacyStream(t *testing.T) {
+	f, dev := fakecuda.RunDevice(t)
+	if f == nil {
+		return
+	}
+	tr := newTier(t, dev, uvm.Options{DeviceBudget: 256 * kib})
+	hs := filled(t, tr, 1, 64*kib)
+	const legacy cuda.Stream = 0
+	_, err := tr.Acquire(hs[0], legacy, uvm.Read)
+	must(t, err)
+	f.FailAfter(fakecuda.CallEventCreate, 0, fakecuda.ResultOutOfMemory)
+	err = tr.Release(hs[0], legacy)
+	if errors.Is(err, uvm.ErrInvalidStream) || !errors.Is(err, pinmalloc.ErrOutOfMemory) {
+		t.Errorf("Release on the legacy stream with no event: %v; want the driver's out of memory, the stream not refused", err)
+	}
+	if err := tr.Release(hs[0], legacy); !errors.Is(err, uvm.ErrNotAcquired) {
+		t.Errorf("a second Release after the use ended: %v, want ErrNotAcquired", err)
+	}
 }
