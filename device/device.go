@@ -581,7 +581,7 @@ func (h *Heap) reclaim() error {
 				continue // ordered after the legacy stream's earlier work, which cannot be waited for
 			}
 		}
-		captured, err := h.syncUncaptured(s)
+		captured, err := pts.SyncUncaptured(uintptr(s))
 		if captured {
 			continue // its work runs when the user launches the graph: its memory stays
 		}
@@ -608,19 +608,6 @@ func (h *Heap) reclaim() error {
 		errs[0] = nil
 	}
 	return errkind.Once(errs...)
-}
-
-// syncUncaptured synchronizes s unless a CUDA graph capture holds it (captured: nothing
-// waited for). It holds the capture gate (icuda.HoldCaptureBegins) from its look at s to the
-// synchronize, so that a capture begun through package cuda on another goroutine meanwhile
-// waits for it, rather than begin between the two and be invalidated by the synchronize.
-func (h *Heap) syncUncaptured(s cuda.Stream) (captured bool, err error) {
-	icuda.HoldCaptureBegins()
-	defer icuda.ReleaseCaptureBegins()
-	if h.points().Capturing(uintptr(s)) {
-		return true, nil
-	}
-	return false, h.dev.StreamSynchronize(uintptr(s))
 }
 
 // heldBy reports whether a stream heap holds memory, and whether a default stream's does.

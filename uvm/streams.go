@@ -6,7 +6,6 @@ import (
 
 	"github.com/pinmalloc/pinmalloc"
 	"github.com/pinmalloc/pinmalloc/cuda"
-	icuda "github.com/pinmalloc/pinmalloc/internal/cuda"
 	"github.com/pinmalloc/pinmalloc/internal/errkind"
 	"github.com/pinmalloc/pinmalloc/internal/streamq"
 )
@@ -229,12 +228,14 @@ func (t *Tier) unordered(h Handle, u *use, cause error) (ended bool, err error) 
 		noEvent = ""
 	}
 	if !u.refused {
-		err := t.syncUncaptured(s)
+		// In the capture gate, with no event (the one for the release could not be made): a
+		// synchronize of a stream a capture holds would end the user's capture.
+		captured, err := t.streams.Points().SyncUncaptured(uintptr(s))
+		if captured {
+			return false, fmt.Errorf("uvm: release of %#x on stream %#x refused: %s%w, and the wait for the stream's work instead would end the CUDA graph capture there (%w); the use goes on: end it again once the capture ends", uint64(h), s, noEvent, cause, pinmalloc.ErrCapturing)
+		}
 		if err == nil {
 			return true, fmt.Errorf("uvm: release of %#x on stream %#x: %s%w; released after waiting for the stream", uint64(h), s, noEvent, cause)
-		}
-		if errors.Is(err, pinmalloc.ErrCapturing) {
-			return false, fmt.Errorf("uvm: release of %#x on stream %#x refused: %s%v, and the wait for the stream's work instead would end the CUDA graph capture there: %w; the use goes on: end it again once the capture ends", uint64(h), s, noEvent, cause, err)
 		}
 	}
 	t.forget(s)
@@ -256,20 +257,6 @@ func (t *Tier) unordered(h Handle, u *use, cause error) (ended bool, err error) 
 			ErrDeviceFault, uint64(h), s, derr, besides(fmt.Errorf("its event could not be recorded: %w", cause), derr))
 	}
 	return true, fmt.Errorf("%w: uvm: release of %#x on stream %#x: %s%w; released after waiting for the device", ErrInvalidStream, uint64(h), s, noEvent, cause)
-}
-
-// syncUncaptured synchronizes s unless a capture holds it (streamq.CaptureRefusal's error, which
-// matches pinmalloc.ErrCapturing), the ask and the synchronize in the capture gate: a
-// synchronize of a stream a capture holds ends the capture, and a capture begun through package
-// cuda meanwhile waits for it. It needs no event (unordered's event could not be made). t.mu is
-// held.
-func (t *Tier) syncUncaptured(s cuda.Stream) error {
-	icuda.HoldCaptureBegins()
-	defer icuda.ReleaseCaptureBegins()
-	if err := streamq.CaptureRefusal(t.dev, uintptr(s)); err != nil {
-		return err
-	}
-	return t.dev.StreamSynchronize(uintptr(s))
 }
 
 // refusedStream is the error of what (said after "uvm: "), refused by the driver with err, a

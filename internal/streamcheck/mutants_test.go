@@ -76,8 +76,8 @@ var mutants = []mutant{
 		name:  "device-reclaim-without-sync",
 		why:   "a reclaim (Trim, an Alloc out of memory) trims a stream heap without synchronizing its stream: the caller's own was skipped (issue 25, 0c1cde1)",
 		file:  "device/device.go",
-		old:   "\treturn false, h.dev.StreamSynchronize(uintptr(s))",
-		new:   "\treturn false, nil",
+		old:   "\t\tcaptured, err := pts.SyncUncaptured(uintptr(s))\n",
+		new:   "\t\tcaptured, err := false, error(nil)\n",
 		catch: ciRun,
 	},
 	{

@@ -307,6 +307,21 @@ func (p *Points) WaitStream(s Stream) error {
 	return p.dev.StreamSynchronize(streamLegacy)
 }
 
+// SyncUncaptured synchronizes s (cuStreamSynchronize) unless a CUDA graph capture holds it
+// (Capturing): then it waits for nothing and returns captured true, as the synchronize would
+// end the capture. It holds the capture gate from its ask to the synchronize, so that a capture
+// begun through package cuda on another goroutine meanwhile waits for it rather than begin
+// between the two and be invalidated. It needs no event: the wait of a caller whose event the
+// driver could not make.
+func (p *Points) SyncUncaptured(s Stream) (captured bool, err error) {
+	cuda.HoldCaptureBegins()
+	defer cuda.ReleaseCaptureBegins()
+	if p.Capturing(s) {
+		return true, nil
+	}
+	return false, p.dev.StreamSynchronize(s)
+}
+
 // WaitPoint records a point in s and waits until s has passed it (cuEventSynchronize): s's
 // work queued before now and, for a blocking stream, the legacy default stream's earlier work;
 // for a default stream, every blocking stream's earlier work (seen by the caller or not), as
